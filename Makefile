@@ -1,0 +1,55 @@
+# Two commands matter: `make run` and `make test`. Everything they need is set up here.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+GEN := appliance/generated/sensor_pb2.py
+# Debian packages the build or the tests need (systemd-python builds against libsystemd).
+APT_PACKAGES := pkg-config libsystemd-dev iproute2
+CONFIG ?=
+PYTEST_ARGS ?=
+# `make test FAST=1` skips the slow end-to-end tests (CI runs them all).
+ifdef FAST
+PYTEST_ARGS += -m "not slow"
+endif
+
+.PHONY: run test bench gen venv sysdeps clean
+.DEFAULT_GOAL := run
+
+sysdeps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then echo "installing Debian packages:$$missing"; \
+	    (apt-get install -y -qq $$missing >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq $$missing >/dev/null)) \
+	      || { echo "apt-get install$$missing failed"; exit 1; }; \
+	  else echo "missing Debian packages:$$missing -- run: sudo apt-get install$$missing"; exit 1; fi; \
+	fi
+
+$(STAMP): requirements.txt concierge/requirements.txt | sysdeps
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+venv: $(STAMP)
+
+$(GEN): proto/sensor.proto $(STAMP)
+	@mkdir -p appliance/generated
+	@touch appliance/generated/__init__.py
+	$(PY) -m grpc_tools.protoc -Iappliance/generated=proto --python_out=. --grpc_python_out=. --pyi_out=. proto/sensor.proto
+
+gen: $(GEN)
+
+run: $(GEN)
+	$(PY) -m appliance $(if $(CONFIG),--config $(CONFIG))
+
+test: $(GEN)
+	$(PY) -m pytest -q tests $(PYTEST_ARGS)
+
+bench: $(GEN)
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) appliance/generated var .pytest_cache
+
+-include concierge/concierge.mk
