@@ -1,0 +1,80 @@
+"""`python -m appliance [--config FILE]`: run the appliance until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from appliance import __version__
+from appliance.app import ADMIN_TOKEN_FILE, build
+from appliance.config import load_settings
+from appliance.errors import ApplianceError
+
+
+def _notify(state: str) -> None:
+    """Tell systemd about readiness/stopping when it supervises us (Type=notify)."""
+    if not os.environ.get("NOTIFY_SOCKET"):
+        return
+    try:
+        from systemd import daemon
+    except ImportError:  # systemd-python not installed: run without notifications
+        return
+    daemon.notify(state)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="appliance", description="Network security appliance (detection server).")
+    parser.add_argument("--config", help="path to config.yaml (all defaults apply when omitted)")
+    parser.add_argument("--log-level", default=os.environ.get("SENSOR_LOG_LEVEL", "INFO"))
+    parser.add_argument("--version", action="version", version=__version__)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        settings = load_settings(args.config)
+        appliance = build(settings)
+        appliance.start()
+    except ApplianceError as err:
+        print(f"appliance: cannot start:\n{err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"appliance: cannot start: {err}", file=sys.stderr)
+        return 2
+
+    scheme = "https" if settings.rest.tls else "http"
+    print(f"appliance {__version__} running", flush=True)
+    print(f"  gRPC ingestion : port {appliance.grpc_port} ({'mutual TLS' if settings.grpc.tls else 'PLAINTEXT'})")
+    print(f"  REST API       : {scheme}://localhost:{appliance.rest_port}/api/status")
+    print(f"  CA certificate : {appliance.ca.ca_cert_path} (sha256 {appliance.ca.ca_fingerprint})")
+    if appliance.admin_token_created:
+        print(f"  admin token    : {appliance.admin_token}   (shown once; kept in {settings.paths.state_dir / ADMIN_TOKEN_FILE}, mode 0600)")
+    elif os.environ.get("SENSOR_ADMIN_TOKEN"):
+        print("  admin token    : from SENSOR_ADMIN_TOKEN")
+    else:
+        print(f"  admin token    : in {settings.paths.state_dir / ADMIN_TOKEN_FILE}")
+    print(f"  authenticate   : curl --cacert {appliance.ca.ca_cert_path} -H \"Authorization: Bearer $TOKEN\" "
+          f"{scheme}://localhost:{appliance.rest_port}/api/v1/metrics", flush=True)
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        logging.getLogger("appliance").info("signal %d: shutting down", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    _notify("READY=1")
+    stop.wait()
+    _notify("STOPPING=1")
+    appliance.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

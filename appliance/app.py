@@ -1,0 +1,189 @@
+"""The composition root: `build(settings)` wires every component; nothing else constructs them."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from appliance.agents import AgentRegistry
+from appliance.config import Settings, split_listen
+from appliance.flows.finished import FinishedFlows
+from appliance.flows.tracker import FlowLimits, FlowTimeouts, FlowTracker
+from appliance.ingest.convert import ConvertLimits, PacketConverter
+from appliance.ingest.service import IngestService
+from appliance.ingest.servicer import SensorServicer, create_server
+from appliance.metrics import MetricsCollector, MetricsHistory
+from appliance.model import FlowRecord
+from appliance.pipeline import AnalysisPipeline
+from appliance.pki import CertificateAuthority, default_server_names
+from appliance.rest import routes_core
+from appliance.rest.api import Api
+from appliance.rest.openapi import build_openapi
+from appliance.rest.server import HttpServer
+
+log = logging.getLogger(__name__)
+
+ADMIN_TOKEN_ENV = "SENSOR_ADMIN_TOKEN"
+ADMIN_TOKEN_FILE = "admin.token"
+
+
+def load_admin_token(state_dir: Path) -> tuple[str, bool]:
+    """The admin token from the environment, else from `<state_dir>/admin.token` (created 0600).
+
+    Returns the token and whether it was generated just now (so it can be shown once).
+    """
+    from_env = os.environ.get(ADMIN_TOKEN_ENV, "").strip()
+    if from_env:
+        return from_env, False
+    path = state_dir / ADMIN_TOKEN_FILE
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+        if token:
+            return token, False
+    except FileNotFoundError:
+        pass
+    token = secrets.token_urlsafe(32)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(token + "\n")
+    return token, True
+
+
+@dataclass
+class Appliance:
+    """The running object graph. `start()` opens the ports, `stop()` drains and closes."""
+
+    settings: Settings
+    ingest: IngestService
+    tracker: FlowTracker
+    pipeline: AnalysisPipeline
+    agents: AgentRegistry
+    api: Api
+    history: MetricsHistory
+    ca: CertificateAuthority
+    admin_token: str
+    admin_token_created: bool
+    grpc_port: int = 0
+    rest_port: int = 0
+    _grpc: grpc.Server | None = None
+    _rest: HttpServer | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def start(self) -> None:
+        s = self.settings
+        self.pipeline.start()
+        self.history.start()
+        servicer = SensorServicer(self.ingest)
+        credentials = None
+        if s.grpc.tls:
+            credentials = grpc.ssl_server_credentials(
+                [(self.ca.server_key_path.read_bytes(), self.ca.server_cert_path.read_bytes())],
+                root_certificates=self.ca.ca_pem,
+                require_client_auth=True,
+            )
+        else:
+            log.warning("grpc.tls is false: agents stream in clear text and are not authenticated")
+        self._grpc, self.grpc_port = create_server(
+            servicer, s.grpc.listen, credentials=credentials,
+            max_workers=s.grpc.max_streams, max_message_bytes=s.grpc.max_message_bytes,
+        )
+        host, port = split_listen(s.rest.listen)
+        cert = key = None
+        if s.rest.tls:
+            cert, key = self.ca.server_cert_path, self.ca.server_key_path
+        self._rest = HttpServer(self.api.app, host, port, threads=s.rest.threads, cert_file=cert, key_file=key, name="rest")
+        self._rest.start()
+        self.rest_port = self._rest.port
+        sweeper = threading.Thread(target=self._sweep, name="flow-sweep", daemon=True)
+        sweeper.start()
+        self._threads.append(sweeper)
+        log.info("listening grpc=%s:%d tls=%s rest=%s:%d tls=%s", split_listen(s.grpc.listen)[0], self.grpc_port,
+                 s.grpc.tls, host, self.rest_port, s.rest.tls)
+
+    def _sweep(self) -> None:
+        while not self._stop.wait(self.settings.analysis.sweep_interval):
+            self.tracker.sweep()
+
+    def stop(self) -> None:
+        """Stop accepting, flush every flow through analysis, close."""
+        self._stop.set()
+        if self._grpc is not None:
+            self._grpc.stop(grace=2).wait(5)
+        self.tracker.flush_all()
+        self.pipeline.drain()
+        self.pipeline.stop()
+        self.history.stop()
+        if self._rest is not None:
+            self._rest.stop()
+        for closer in self.extras.get("closers", []):
+            closer()
+
+
+def build(settings: Settings) -> Appliance:
+    """Wire the appliance from settings (no network is opened until `start()`)."""
+    paths = settings.paths
+    paths.state_dir.mkdir(parents=True, exist_ok=True)
+    admin_token, created = load_admin_token(paths.state_dir)
+    server_names = list(dict.fromkeys(settings.tls.server_names + default_server_names()))
+    ca = CertificateAuthority.ensure(paths.certs_dir, server_names)
+
+    limits = settings.limits
+    timeouts = settings.analysis.flow_timeouts
+    pipeline = AnalysisPipeline(layers=[], correlator=None, queue_size=limits.analysis_queue)
+    finished = FinishedFlows(limits.finished_flows_kept)
+
+    def on_expire(flow: FlowRecord) -> None:
+        pipeline.submit(flow)
+
+    tracker = FlowTracker(
+        on_expire,
+        FlowTimeouts(timeouts.tcp_idle, timeouts.udp_idle, timeouts.dns_idle, timeouts.icmp_idle,
+                     timeouts.other_idle, timeouts.active),
+        FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow),
+        on_finished=finished.add,
+    )
+    agents = AgentRegistry()
+    converter = PacketConverter(ConvertLimits(max_payload_bytes=limits.max_payload_bytes))
+    ingest = IngestService(converter, tracker, agents, on_dns_event=pipeline.observe_dns)
+
+    collector = MetricsCollector({
+        "packets_received": lambda: ingest.packets_received,
+        "packets_rejected": lambda: ingest.packets_rejected,
+        "events_received": lambda: ingest.events_received,
+        "events_rejected": lambda: ingest.events_rejected,
+        "active_flows": lambda: tracker.active_flows,
+        "flows_created": lambda: tracker.flows_created,
+        "flows_processed": lambda: pipeline.flows_processed,
+        "flows_evicted": lambda: tracker.flows_evicted,
+        "analysis_queue_depth": lambda: pipeline.queue_depth,
+        "analysis_queue_dropped": lambda: pipeline.flows_dropped,
+        "analysis_errors": lambda: pipeline.layer_errors,
+        "detections_generated": lambda: pipeline.detections_generated,
+        "detections_suppressed": lambda: pipeline.detections_suppressed,
+        "alerts_generated": lambda: pipeline.alerts_generated,
+        "active_alerts": lambda: 0,
+        "signature_rules": lambda: 0,
+        "agents_online": lambda: agents.online,
+        "rejected_by_reason": lambda: ingest.rejected_by_reason,
+        "repaired_by_reason": lambda: ingest.repaired_by_reason,
+    })
+    history = MetricsHistory(collector, settings.metrics.history_interval)
+    api = Api(admin_token, settings.rest.max_body_bytes)
+    routes_core.install(
+        api, collector=collector, history=history, tracker=tracker, finished=finished, agents=agents,
+        openapi=lambda: build_openapi(api.routes),
+    )
+    return Appliance(
+        settings=settings, ingest=ingest, tracker=tracker, pipeline=pipeline, agents=agents, api=api,
+        history=history, ca=ca, admin_token=admin_token, admin_token_created=created,
+    )

@@ -1,0 +1,172 @@
+"""Settings: `config.yaml` parsed once, at the edge, into typed objects.
+
+Every key has an embedded default, so the appliance starts with no file at all. An unknown key
+or a bad value stops start-up with one message per problem naming the key and the value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from appliance.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_listen(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("must be host:port with a port from 0 to 65535")
+    return value
+
+
+def split_listen(value: str) -> tuple[str, int]:
+    """("0.0.0.0", 8080) from "0.0.0.0:8080"; IPv6 hosts may be bracketed."""
+    host, _, port = value.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+class GrpcSettings(_Section):
+    listen: str = "0.0.0.0:50051"
+    tls: bool = True
+    max_streams: Annotated[int, Field(ge=1, le=4096)] = 64
+    max_message_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 4 * 1024 * 1024
+
+    _listen = field_validator("listen")(_check_listen)
+
+
+class RestSettings(_Section):
+    listen: str = "0.0.0.0:8080"
+    tls: bool = True
+    threads: Annotated[int, Field(ge=1, le=512)] = 16
+    max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 1024 * 1024
+
+    _listen = field_validator("listen")(_check_listen)
+
+
+class DashboardSettings(_Section):
+    listen: str = "0.0.0.0:3000"
+
+    _listen = field_validator("listen")(_check_listen)
+
+
+class PathSettings(_Section):
+    """Relative paths resolve against the working directory."""
+
+    state_dir: Path = Path("var")
+    signatures_dir: Path = Path("rules")
+    static_dir: Path = Path("var/static")
+    certs_dir: Path = Path("var/certs")
+
+
+class LimitSettings(_Section):
+    max_flows: Annotated[int, Field(ge=10, le=10_000_000)] = 200_000
+    analysis_queue: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
+    max_payload_bytes: Annotated[int, Field(ge=0, le=1 << 20)] = 65535
+    samples_per_flow: Annotated[int, Field(ge=0, le=1024)] = 8
+    sample_bytes: Annotated[int, Field(ge=0, le=65535)] = 2048
+    dns_per_flow: Annotated[int, Field(ge=0, le=10_000)] = 64
+    finished_flows_kept: Annotated[int, Field(ge=0, le=1_000_000)] = 2000
+
+
+class FlowTimeoutSettings(_Section):
+    """Seconds; see the README table for where each default comes from."""
+
+    tcp_idle: Annotated[float, Field(gt=0, le=86400)] = 300.0
+    udp_idle: Annotated[float, Field(gt=0, le=86400)] = 60.0
+    dns_idle: Annotated[float, Field(gt=0, le=86400)] = 10.0
+    icmp_idle: Annotated[float, Field(gt=0, le=86400)] = 60.0
+    other_idle: Annotated[float, Field(gt=0, le=86400)] = 60.0
+    active: Annotated[float, Field(gt=0, le=7 * 86400)] = 1800.0
+
+
+class AnalysisSettings(_Section):
+    flow_timeouts: FlowTimeoutSettings = FlowTimeoutSettings()
+    sweep_interval: Annotated[float, Field(gt=0, le=60)] = 1.0
+    # Detector tuning lives in the persisted analysis config (GET/POST /api/v1/config); these
+    # values only seed it the first time the appliance starts.
+    detectors: dict[str, Any] = Field(default_factory=dict)
+
+
+class MetricsSettings(_Section):
+    history_interval: Annotated[float, Field(gt=0, le=3600)] = 5.0
+
+
+class TlsSettings(_Section):
+    # Extra subject alternative names for the server certificate (DNS names or IP addresses).
+    server_names: list[str] = Field(default_factory=list)
+    agent_cert_days: Annotated[int, Field(ge=1, le=3650)] = 365
+
+
+class EnrollmentSettings(_Section):
+    base_url: str = ""  # default: https://<first server name>:<rest port>
+    token_ttl_hours: Annotated[float, Field(gt=0, le=24 * 365)] = 24.0
+    product: str = "SensorAgent"
+
+
+class ArtifactSettings(_Section):
+    max_upload_bytes: Annotated[int, Field(ge=1024, le=4 * 1024 * 1024 * 1024)] = 512 * 1024 * 1024
+
+
+class ReleaseSettings(_Section):
+    url: str = ""  # release host base URL; reprovisioning is off while empty
+    timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
+
+
+class Settings(_Section):
+    """The whole configuration."""
+
+    grpc: GrpcSettings = GrpcSettings()
+    rest: RestSettings = RestSettings()
+    dashboard: DashboardSettings = DashboardSettings()
+    paths: PathSettings = PathSettings()
+    limits: LimitSettings = LimitSettings()
+    analysis: AnalysisSettings = AnalysisSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    tls: TlsSettings = TlsSettings()
+    enrollment: EnrollmentSettings = EnrollmentSettings()
+    artifacts: ArtifactSettings = ArtifactSettings()
+    release: ReleaseSettings = ReleaseSettings()
+
+
+def describe_errors(err: ValidationError, source: str) -> str:
+    """One line per problem: `source: key.path: reason (got value)`."""
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        reason = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"{source}: {key}: {reason} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+def parse_settings(data: Any, source: str = "config") -> Settings:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of sections (got {type(data).__name__})")
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(describe_errors(err, source)) from None
+
+
+def load_settings(path: str | Path | None) -> Settings:
+    """Settings from a YAML file, or all defaults when `path` is None."""
+    if path is None:
+        return Settings()
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    return parse_settings(data, str(path))

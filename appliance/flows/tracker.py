@@ -1,0 +1,336 @@
+"""FlowTracker: aggregates packets into flows per agent and 5-tuple, on event time.
+
+Flows live in one table per agent and per timeout class; each table is an OrderedDict in
+least-recently-updated order, so idle expiry pops from the front instead of scanning. Every
+agent has its own event clock (the newest packet timestamp it sent) so a replayed capture expires
+exactly like live traffic; a wall-clock sweep advances the clock of agents that went quiet.
+
+Lifecycle of a flow (after NFStream): created on its first packet, updated per packet, expired by
+idle timeout, active timeout, TCP close, stream end, eviction under the flow cap, or shutdown; an
+expired flow is handed to `on_expire` (the analysis pipeline) exactly once.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import heapq
+import struct
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from appliance.model import TCP_FIN, TCP_RST, FlowRecord, Packet, Transport
+
+_OUTBOUND = 1
+_NS = 1_000_000_000
+
+# Timeout classes. DNS over UDP gets its own short class: a resolver transaction is over in
+# milliseconds, and DNS detections should not wait a minute for the flow to idle out.
+CLASS_TCP = "tcp"
+CLASS_UDP = "udp"
+CLASS_DNS = "dns"
+CLASS_ICMP = "icmp"
+CLASS_OTHER = "other"
+CLASSES = (CLASS_TCP, CLASS_UDP, CLASS_DNS, CLASS_ICMP, CLASS_OTHER)
+
+END_IDLE = "idle"
+END_ACTIVE = "active"
+END_TCP_CLOSE = "tcp_close"
+END_STREAM = "stream_end"
+END_EVICTED = "evicted"
+END_SHUTDOWN = "shutdown"
+
+_FIN_OUT = 1
+_FIN_IN = 2
+
+
+@dataclass(frozen=True, slots=True)
+class FlowTimeouts:
+    """Idle timeouts per class and the active timeout, in seconds (see README for the rationale)."""
+
+    tcp_idle: float = 300.0
+    udp_idle: float = 60.0
+    dns_idle: float = 10.0
+    icmp_idle: float = 60.0
+    other_idle: float = 60.0
+    active: float = 1800.0
+
+    def idle_ns(self) -> dict[str, int]:
+        return {
+            CLASS_TCP: int(self.tcp_idle * _NS),
+            CLASS_UDP: int(self.udp_idle * _NS),
+            CLASS_DNS: int(self.dns_idle * _NS),
+            CLASS_ICMP: int(self.icmp_idle * _NS),
+            CLASS_OTHER: int(self.other_idle * _NS),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FlowLimits:
+    """Memory bounds of the tracker."""
+
+    max_flows: int = 200_000
+    samples_per_flow: int = 8
+    sample_bytes: int = 2048
+    dns_per_flow: int = 64
+
+
+def flow_hash(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) -> bytes:
+    """SHA-1 of the direction-normalised 5-tuple, laid out as Community ID v1 (seed 0)."""
+    if (ip_a, port_a) > (ip_b, port_b):
+        ip_a, port_a, ip_b, port_b = ip_b, port_b, ip_a, port_a
+    return hashlib.sha1(struct.pack("!HIIBBHH", 0, ip_a, ip_b, protocol, 0, port_a, port_b)).digest()
+
+
+def flow_id(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) -> str:
+    """Stable flow id: the same for both directions of a conversation (20 hex characters)."""
+    return flow_hash(protocol, ip_a, port_a, ip_b, port_b).hex()[:20]
+
+
+def community_id(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) -> str:
+    """Community ID v1 string of the 5-tuple, for pivoting to Zeek and Suricata logs."""
+    return "1:" + base64.b64encode(flow_hash(protocol, ip_a, port_a, ip_b, port_b)).decode()
+
+
+def _timeout_class(pkt: Packet) -> str:
+    transport = pkt.transport
+    if transport is Transport.TCP:
+        return CLASS_TCP
+    if transport is Transport.UDP:
+        return CLASS_DNS if (pkt.remote_port == 53 or pkt.local_port == 53) else CLASS_UDP
+    if transport is Transport.ICMP:
+        return CLASS_ICMP
+    return CLASS_OTHER
+
+
+class _AgentFlows:
+    """The live flows of one agent, with its event clock."""
+
+    __slots__ = ("agent_id", "clock_ns", "wall", "tables", "fins", "streams")
+
+    def __init__(self, agent_id: str) -> None:
+        self.agent_id = agent_id
+        self.clock_ns = 0
+        self.wall = time.monotonic()
+        self.tables: dict[str, OrderedDict[tuple, FlowRecord]] = {c: OrderedDict() for c in CLASSES}
+        self.fins: dict[tuple, int] = {}  # TCP flows that saw a FIN, by key -> directions seen
+        self.streams = 0
+
+    def count(self) -> int:
+        return sum(len(t) for t in self.tables.values())
+
+
+class FlowTracker:
+    """Aggregates packets into flows and hands every finished flow to `on_expire` once."""
+
+    def __init__(
+        self,
+        on_expire: Callable[[FlowRecord], None],
+        timeouts: FlowTimeouts | None = None,
+        limits: FlowLimits | None = None,
+        on_finished: Callable[[FlowRecord], None] | None = None,
+    ) -> None:
+        self._on_expire = on_expire
+        self._on_finished = on_finished
+        self.timeouts = timeouts or FlowTimeouts()
+        self.limits = limits or FlowLimits()
+        self._idle_ns = self.timeouts.idle_ns()
+        self._active_ns = int(self.timeouts.active * _NS)
+        self._agents: dict[str, _AgentFlows] = {}
+        self._count = 0
+        self.lock = threading.Lock()
+        self.flows_created = 0
+        self.flows_expired = 0
+        self.flows_evicted = 0
+
+    # -- ingestion (hot path) -------------------------------------------------------------
+    def add_packets(self, agent_id: str, packets: Iterable[Packet]) -> None:
+        """Account a batch of one agent's packets, then expire what their event time ended."""
+        with self.lock:
+            agent = self._agents.get(agent_id)
+            if agent is None:
+                agent = self._agents[agent_id] = _AgentFlows(agent_id)
+            tables = agent.tables
+            clock = agent.clock_ns
+            limits = self.limits
+            samples_cap = limits.samples_per_flow
+            sample_bytes = limits.sample_bytes
+            dns_cap = limits.dns_per_flow
+            active_ns = self._active_ns
+            for pkt in packets:
+                ts = pkt.timestamp_ns
+                key = (pkt.protocol, pkt.local_ip, pkt.local_port, pkt.remote_ip, pkt.remote_port)
+                table = tables[_timeout_class(pkt)]
+                flow = table.get(key)
+                if flow is None:
+                    if self._count >= limits.max_flows:
+                        self._evict_oldest()
+                    flow = FlowRecord(
+                        flow_id(*key),
+                        agent_id,
+                        pkt.protocol,
+                        pkt.transport,
+                        pkt.local_ip,
+                        pkt.local_port,
+                        pkt.remote_ip,
+                        pkt.remote_port,
+                        ts,
+                        ts,
+                    )
+                    table[key] = flow
+                    self._count += 1
+                    self.flows_created += 1
+                else:
+                    table.move_to_end(key)
+                    if ts > flow.last_ns:
+                        flow.last_ns = ts
+                    elif ts < flow.first_ns:
+                        flow.first_ns = ts
+                if ts > clock:
+                    clock = ts
+                payload = pkt.payload
+                if pkt.direction == _OUTBOUND:
+                    flow.packets_out += 1
+                    flow.bytes_out += pkt.size
+                    flow.payload_bytes_out += len(payload)
+                else:
+                    flow.packets_in += 1
+                    flow.bytes_in += pkt.size
+                    flow.payload_bytes_in += len(payload)
+                if payload and len(flow.samples) < samples_cap:
+                    if len(payload) > sample_bytes:
+                        pkt.payload = payload[:sample_bytes]
+                    flow.samples.append(pkt)
+                if pkt.dns is not None and len(flow.dns) < dns_cap:
+                    flow.dns.append(pkt.dns)
+                if pkt.pid and not flow.pid:
+                    flow.pid = pkt.pid
+                    flow.process_name = pkt.process_name
+                flags = pkt.tcp_flags
+                if flags:
+                    flow.tcp_flags |= flags
+                    if flags & (TCP_RST | TCP_FIN) and self._tcp_closed(agent, key, flags, pkt.direction):
+                        self._end(table, key, END_TCP_CLOSE)
+                        continue
+                if flow.last_ns - flow.first_ns >= active_ns:
+                    self._end(table, key, END_ACTIVE)
+            agent.clock_ns = clock
+            agent.wall = time.monotonic()
+            self._expire_idle(agent, clock)
+
+    def _tcp_closed(self, agent: _AgentFlows, key: tuple, flags: int, direction: int) -> bool:
+        if flags & TCP_RST:
+            agent.fins.pop(key, None)
+            return True
+        seen = agent.fins.get(key, 0) | (_FIN_OUT if direction == _OUTBOUND else _FIN_IN)
+        if seen == _FIN_OUT | _FIN_IN:
+            del agent.fins[key]
+            return True
+        agent.fins[key] = seen
+        return False
+
+    # -- expiry -------------------------------------------------------------------------------
+    def _end(self, table: OrderedDict[tuple, FlowRecord], key: tuple, reason: str) -> None:
+        flow = table.pop(key)
+        self._count -= 1
+        flow.end_reason = reason
+        if reason == END_EVICTED:
+            self.flows_evicted += 1
+        else:
+            self.flows_expired += 1
+        agent = self._agents.get(flow.agent_id)
+        if agent is not None and agent.fins:
+            agent.fins.pop(key, None)
+        if self._on_finished is not None:
+            self._on_finished(flow)
+        self._on_expire(flow)
+
+    def _expire_idle(self, agent: _AgentFlows, clock_ns: int) -> None:
+        for cls, table in agent.tables.items():
+            if not table:
+                continue
+            horizon = clock_ns - self._idle_ns[cls]
+            while table:
+                key, flow = next(iter(table.items()))
+                if flow.last_ns > horizon:
+                    break
+                self._end(table, key, END_IDLE)
+
+    def _evict_oldest(self) -> None:
+        """Evict the flow idle longest (in its agent's event time) to make room under the cap."""
+        best: tuple[int, OrderedDict[tuple, FlowRecord], tuple] | None = None
+        for agent in self._agents.values():
+            for table in agent.tables.values():
+                if table:
+                    key, flow = next(iter(table.items()))
+                    idle = agent.clock_ns - flow.last_ns
+                    if best is None or idle > best[0]:
+                        best = (idle, table, key)
+        if best is not None:
+            self._end(best[1], best[2], END_EVICTED)
+
+    def sweep(self, now_wall: float | None = None) -> None:
+        """Advance the event clock of quiet agents by the wall time they were quiet, and expire."""
+        now_wall = time.monotonic() if now_wall is None else now_wall
+        with self.lock:
+            for agent in list(self._agents.values()):
+                quiet = now_wall - agent.wall
+                if quiet >= 1.0:
+                    agent.clock_ns += int(quiet * _NS)
+                    agent.wall = now_wall
+                    self._expire_idle(agent, agent.clock_ns)
+                if not agent.streams and not agent.count():
+                    del self._agents[agent.agent_id]
+
+    # -- streams ------------------------------------------------------------------------------
+    def stream_opened(self, agent_id: str) -> None:
+        with self.lock:
+            agent = self._agents.get(agent_id)
+            if agent is None:
+                agent = self._agents[agent_id] = _AgentFlows(agent_id)
+            agent.streams += 1
+
+    def stream_closed(self, agent_id: str) -> None:
+        """A stream ended or broke: when it was the agent's last one, flush all its flows."""
+        with self.lock:
+            agent = self._agents.get(agent_id)
+            if agent is None:
+                return
+            agent.streams = max(0, agent.streams - 1)
+            if agent.streams == 0:
+                self._flush_agent(agent, END_STREAM)
+                del self._agents[agent_id]
+
+    def flush_all(self, reason: str = END_SHUTDOWN) -> None:
+        with self.lock:
+            for agent in list(self._agents.values()):
+                self._flush_agent(agent, reason)
+
+    def _flush_agent(self, agent: _AgentFlows, reason: str) -> None:
+        for table in agent.tables.values():
+            while table:
+                self._end(table, next(iter(table)), reason)
+
+    # -- queries (REST) -------------------------------------------------------------------
+    @property
+    def active_flows(self) -> int:
+        return self._count
+
+    def snapshot(self, agent_id: str | None = None, limit: int = 100) -> list[FlowRecord]:
+        """The newest `limit` live flows (by last packet time), optionally of one agent."""
+        with self.lock:
+            agents = [self._agents[agent_id]] if agent_id in self._agents else ([] if agent_id else list(self._agents.values()))
+            candidates = (f for a in agents for t in a.tables.values() for f in t.values())
+            return heapq.nlargest(limit, candidates, key=lambda f: f.last_ns)
+
+    def find(self, wanted_id: str) -> FlowRecord | None:
+        with self.lock:
+            for agent in self._agents.values():
+                for table in agent.tables.values():
+                    for flow in table.values():
+                        if flow.flow_id == wanted_id:
+                            return flow
+        return None

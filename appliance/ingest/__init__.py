@@ -1,0 +1,1 @@
+"""Ingestion: the gRPC servicer, conversion of wire messages, agent identity."""

@@ -1,0 +1,127 @@
+"""IngestService: the domain operations behind the gRPC streams."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from appliance.agents import AgentRegistry, AgentState
+from appliance.flows.tracker import FlowTracker
+from appliance.ingest.convert import PacketConverter, dns_event_to_message
+from appliance.ingest.identity import AgentIdentity
+from appliance.model import DnsMessage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class StreamSession:
+    """One open stream of one agent."""
+
+    identity: AgentIdentity
+    agent: AgentState
+    accepted: int = 0
+    rejected: int = 0
+
+
+class IngestService:
+    """Converts, counts and tracks what agents stream; shared by every gRPC stream."""
+
+    def __init__(
+        self,
+        converter: PacketConverter,
+        tracker: FlowTracker,
+        agents: AgentRegistry,
+        on_dns_event: Callable[[str, DnsMessage], None] | None = None,
+        process_history: int = 1000,
+    ) -> None:
+        self.converter = converter
+        self.tracker = tracker
+        self.agents = agents
+        self._on_dns_event = on_dns_event
+        self._lock = threading.Lock()
+        self.packets_received = 0
+        self.packets_rejected = 0
+        self.events_received = 0
+        self.events_rejected = 0
+        self._process_history = process_history
+        self.process_events: dict[str, deque[dict[str, object]]] = {}
+        self.file_events: dict[str, deque[dict[str, object]]] = {}
+
+    def open(self, identity: AgentIdentity) -> StreamSession:
+        state = self.agents.stream_opened(identity)
+        self.tracker.stream_opened(identity.agent_id)
+        log.info("stream opened agent=%s host=%s peer=%s", identity.agent_id, identity.hostname, identity.remote_address)
+        return StreamSession(identity, state)
+
+    def close(self, session: StreamSession) -> None:
+        """The stream ended or broke: flush the agent's flows into analysis."""
+        self.tracker.stream_closed(session.identity.agent_id)
+        self.agents.stream_closed(session.identity.agent_id)
+        log.info(
+            "stream closed agent=%s accepted=%d rejected=%d",
+            session.identity.agent_id, session.accepted, session.rejected,
+        )
+
+    def packets(self, session: StreamSession, messages: Sequence[object]) -> None:
+        """Convert and track a batch of NetworkPacket messages from one stream."""
+        now_ns = time.time_ns()
+        convert = self.converter.convert
+        with self._lock:
+            converted = [p for p in (convert(m, now_ns) for m in messages) if p is not None]
+            rejected = len(messages) - len(converted)
+            self.packets_received += len(converted)
+            self.packets_rejected += rejected
+        session.accepted += len(converted)
+        session.rejected += rejected
+        if converted:
+            self.tracker.add_packets(session.identity.agent_id, converted)
+        self.agents.record(session.agent, len(converted), rejected)
+
+    def dns_event(self, session: StreamSession, message: object) -> None:
+        converted = dns_event_to_message(message)
+        self._count_event(session, converted is not None)
+        if converted is not None and self._on_dns_event is not None:
+            self._on_dns_event(session.identity.agent_id, converted)
+
+    def _event_ring(self, table: dict[str, deque[dict[str, object]]], agent_id: str) -> deque[dict[str, object]]:
+        ring = table.get(agent_id)
+        if ring is None:
+            ring = table[agent_id] = deque(maxlen=self._process_history)
+        return ring
+
+    def process_event(self, session: StreamSession, event: dict[str, object]) -> None:
+        ok = bool(event.get("pid")) and event.get("kind") in ("start", "exit")
+        self._count_event(session, ok)
+        if ok:
+            self._event_ring(self.process_events, session.identity.agent_id).append(event)
+
+    def file_event(self, session: StreamSession, event: dict[str, object]) -> None:
+        ok = bool(event.get("path")) and event.get("kind") in ("read", "write", "rename")
+        self._count_event(session, ok)
+        if ok:
+            self._event_ring(self.file_events, session.identity.agent_id).append(event)
+
+    def _count_event(self, session: StreamSession, ok: bool) -> None:
+        with self._lock:
+            if ok:
+                self.events_received += 1
+            else:
+                self.events_rejected += 1
+        if ok:
+            session.accepted += 1
+        else:
+            session.rejected += 1
+        self.agents.record(session.agent, 0, 0)
+
+    @property
+    def rejected_by_reason(self) -> dict[str, int]:
+        return dict(self.converter.rejected)
+
+    @property
+    def repaired_by_reason(self) -> dict[str, int]:
+        return dict(self.converter.repaired)

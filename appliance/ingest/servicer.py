@@ -1,0 +1,127 @@
+"""SensorServicer: the gRPC face of ingestion. Thin: identify the stream, hand messages on."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from concurrent import futures
+
+import grpc
+
+from appliance.generated import sensor_pb2, sensor_pb2_grpc
+from appliance.ingest.identity import AgentIdentity
+from appliance.ingest.service import IngestService, StreamSession
+
+log = logging.getLogger(__name__)
+
+_PROCESS_KINDS = {1: "start", 2: "exit"}
+_FILE_KINDS = {1: "read", 2: "write", 3: "rename"}
+
+# Decides whether a stream may proceed; raises PermissionError with the reason when it may not
+# (certificate bound to another machine, revoked certificate). Supplied by enrollment.
+StreamAuthorizer = Callable[[AgentIdentity], None]
+
+
+def _fingerprint(context: grpc.ServicerContext) -> str:
+    """SHA-256 fingerprint (hex) of the client certificate, when the channel is mTLS."""
+    auth = context.auth_context()
+    pem = auth.get("x509_pem_cert")
+    if not pem:
+        return ""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
+    return x509.load_pem_x509_certificate(pem[0]).fingerprint(hashes.SHA256()).hex()
+
+
+class SensorServicer(sensor_pb2_grpc.SensorServiceServicer):
+    """Receives the agents' client streams."""
+
+    def __init__(self, ingest: IngestService, authorize: StreamAuthorizer | None = None) -> None:
+        self._ingest = ingest
+        self._authorize = authorize
+
+    def _open(self, context: grpc.ServicerContext) -> StreamSession:
+        metadata = {k.lower(): v for k, v in context.invocation_metadata() if isinstance(v, str)}
+        identity = AgentIdentity.from_metadata(metadata, context.peer(), _fingerprint(context))
+        if self._authorize is not None:
+            try:
+                self._authorize(identity)
+            except PermissionError as err:
+                log.warning("stream refused agent=%s peer=%s reason=%s", identity.agent_id, identity.remote_address, err)
+                context.abort(grpc.StatusCode.PERMISSION_DENIED, str(err))
+        return self._ingest.open(identity)
+
+    def _reply(self, session: StreamSession) -> sensor_pb2.StreamResponse:
+        return sensor_pb2.StreamResponse(
+            packets_received=session.accepted,
+            packets_rejected=session.rejected,
+            agent_id=session.identity.agent_id,
+        )
+
+    def _consume(self, request_iterator: Iterator, context: grpc.ServicerContext, handle: Callable) -> sensor_pb2.StreamResponse:
+        session = self._open(context)
+        try:
+            for message in request_iterator:
+                handle(session, message)
+        finally:
+            # Runs when the client half-closes and when the stream breaks: flows are never lost.
+            self._ingest.close(session)
+        return self._reply(session)
+
+    def StreamPackets(self, request_iterator, context):  # noqa: N802 (generated name)
+        return self._consume(request_iterator, context, lambda s, m: self._ingest.packets(s, (m,)))
+
+    def StreamPacketBatches(self, request_iterator, context):  # noqa: N802
+        return self._consume(request_iterator, context, lambda s, m: self._ingest.packets(s, m.packets))
+
+    def StreamDnsEvents(self, request_iterator, context):  # noqa: N802
+        return self._consume(request_iterator, context, self._ingest.dns_event)
+
+    def StreamProcesses(self, request_iterator, context):  # noqa: N802
+        def handle(session: StreamSession, m: sensor_pb2.ProcessEvent) -> None:
+            self._ingest.process_event(session, {
+                "kind": _PROCESS_KINDS.get(m.kind, ""), "timestamp_ms": m.timestamp, "pid": m.pid,
+                "ppid": m.ppid, "name": m.name[:256], "path": m.path[:4096],
+                "command_line": m.command_line[:8192], "user": m.user[:256], "exit_code": m.exit_code,
+            })
+        return self._consume(request_iterator, context, handle)
+
+    def StreamFileEvents(self, request_iterator, context):  # noqa: N802
+        def handle(session: StreamSession, m: sensor_pb2.FileEvent) -> None:
+            self._ingest.file_event(session, {
+                "kind": _FILE_KINDS.get(m.kind, ""), "timestamp_ms": m.timestamp, "pid": m.pid,
+                "process_name": m.process_name[:256], "path": m.path[:4096], "new_path": m.new_path[:4096],
+                "bytes": m.bytes,
+            })
+        return self._consume(request_iterator, context, handle)
+
+
+def create_server(
+    servicer: SensorServicer,
+    address: str,
+    *,
+    credentials: grpc.ServerCredentials | None = None,
+    max_workers: int = 64,
+    max_message_bytes: int = 4 * 1024 * 1024,
+) -> tuple[grpc.Server, int]:
+    """Build and start a gRPC server on `address` ("host:port", port 0 for any); return it and its port.
+
+    Every open stream holds one worker thread, so `max_workers` is the number of concurrent
+    streams; beyond it new streams are refused with RESOURCE_EXHAUSTED rather than queued.
+    """
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+        maximum_concurrent_rpcs=max_workers,
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.keepalive_time_ms", 60_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ],
+    )
+    sensor_pb2_grpc.add_SensorServiceServicer_to_server(servicer, server)
+    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen for gRPC on {address}")
+    server.start()
+    return server, port
