@@ -12,15 +12,19 @@ import enum
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Annotated, Any, Callable, Iterable, Mapping
 
 import bottle
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from concierge.errors import AuthenticationRequired, ConciergeError, Forbidden, ValidationFailed
 
 log = logging.getLogger(__name__)
+
+
+Email = Annotated[str, Field(pattern=r"^[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$", min_length=3, max_length=254)]
+Id = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 
 
 class Schema(BaseModel):

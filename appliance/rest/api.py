@@ -90,7 +90,8 @@ class Api:
         self._admin_token = admin_token
         self.max_body_bytes = max_body_bytes
         self.routes: list[RouteSpec] = []
-        self.app = bottle.Bottle(catchall=True, autojson=False)
+        self.app = bottle.Bottle(catchall=True)
+        self.app.config["json.enable"] = False
         self.app.default_error_handler = self._render_bottle_error  # type: ignore[method-assign]
         self.extra_auth: dict[str, Callable[[], bool]] = {}
 

@@ -1,0 +1,296 @@
+"""/users: sign-up, sign-in, sign-out, the caller, organization switch, and memberships (admin)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+import bottle
+from pydantic import Field
+
+from concierge.api import Access, Call, Email, Endpoint, Id, OutSchema, Schema
+from concierge.clock import Clock, new_id
+from concierge.database import Database, IntegrityError
+from concierge.errors import AuthenticationRequired, BadRequest, Conflict, Forbidden, NotFound
+from concierge.sessions import AuthContext, PasswordHasher, SessionService
+
+log = logging.getLogger(__name__)
+
+Role = Literal["guest", "staff", "manager", "admin", "owner"]
+
+
+class SignUpIn(Schema):
+    email: Email
+    password: str = Field(min_length=10, max_length=200)
+    name: str = Field(min_length=1, max_length=120)
+    organization_name: str | None = Field(default=None, min_length=1, max_length=120, description="Creates a hotel organization owned by the new user")
+
+
+class SignInIn(Schema):
+    email: Email
+    password: str = Field(min_length=1, max_length=200)
+
+
+class SwitchOrganizationIn(Schema):
+    organization_id: Id
+
+
+class UserOut(OutSchema):
+    id: str
+    email: str
+    name: str
+
+
+class AuthOut(OutSchema):
+    user_id: str
+    organization_id: str | None
+    role: Role | None
+
+
+class MembershipOut(OutSchema):
+    id: str
+    user_id: str
+    organization_id: str
+    organization_name: str
+    email: str
+    name: str
+    role: Role
+
+
+class SessionOut(OutSchema):
+    user: UserOut
+    auth: AuthOut
+    csrf_token: str
+    memberships: list[MembershipOut]
+
+
+class MembershipList(OutSchema):
+    items: list[MembershipOut]
+
+
+class MembershipIn(Schema):
+    email: Email
+    role: Role
+
+
+class MembershipPut(Schema):
+    role: Role
+
+
+class MembershipPatch(Schema):
+    role: Role | None = None
+
+
+class MembershipParams(Schema):
+    membership_id: Id
+
+
+class UserStore:
+    """users, organizations and memberships tables."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def create(self, email: str, name: str, password_hash: str, org_name: str | None, now: str) -> str:
+        user_id = new_id("usr")
+        with self.db.transaction() as tx:
+            try:
+                tx.execute("INSERT INTO users (id, email, name, password_hash, created_at) VALUES (?,?,?,?,?)", (user_id, email, name, password_hash, now))
+            except IntegrityError as err:
+                raise Conflict("An account with this email already exists") from err
+            if org_name:
+                org_id = new_id("org")
+                tx.execute("INSERT INTO organizations (id, name, created_at) VALUES (?,?,?)", (org_id, org_name, now))
+                tx.execute("INSERT INTO memberships (id, user_id, organization_id, role, created_at) VALUES (?,?,?,?,?)", (new_id("mem"), user_id, org_id, "owner", now))
+        return user_id
+
+    def by_email(self, email: str) -> dict | None:
+        with self.db.transaction(write=False) as tx:
+            return tx.one("SELECT * FROM users WHERE email = ?", (email,))
+
+    def memberships_of(self, user_id: str) -> list[dict]:
+        with self.db.transaction(write=False) as tx:
+            return tx.all(
+                "SELECT m.id, m.user_id, m.organization_id, o.name AS organization_name, u.email, u.name, m.role FROM memberships m "
+                "JOIN organizations o ON o.id = m.organization_id JOIN users u ON u.id = m.user_id WHERE m.user_id = ? ORDER BY m.created_at, m.id",
+                (user_id,),
+            )
+
+    def members(self, org_id: str) -> list[dict]:
+        with self.db.transaction(write=False) as tx:
+            return tx.all(
+                "SELECT m.id, m.user_id, m.organization_id, o.name AS organization_name, u.email, u.name, m.role FROM memberships m "
+                "JOIN organizations o ON o.id = m.organization_id JOIN users u ON u.id = m.user_id WHERE m.organization_id = ? ORDER BY u.email",
+                (org_id,),
+            )
+
+    def membership(self, org_id: str, membership_id: str) -> dict | None:
+        return next((m for m in self.members(org_id) if m["id"] == membership_id), None)
+
+    def add_member(self, org_id: str, user_id: str, role: str, now: str) -> str:
+        mid = new_id("mem")
+        with self.db.transaction() as tx:
+            try:
+                tx.execute("INSERT INTO memberships (id, user_id, organization_id, role, created_at) VALUES (?,?,?,?,?)", (mid, user_id, org_id, role, now))
+            except IntegrityError as err:
+                raise Conflict("This user is already a member of the organization") from err
+        return mid
+
+    def set_role(self, membership_id: str, role: str) -> None:
+        with self.db.transaction() as tx:
+            tx.execute("UPDATE memberships SET role = ? WHERE id = ?", (role, membership_id))
+
+    def remove(self, membership_id: str) -> None:
+        with self.db.transaction() as tx:
+            tx.execute("DELETE FROM memberships WHERE id = ?", (membership_id,))
+
+    def owners(self, org_id: str) -> int:
+        with self.db.transaction(write=False) as tx:
+            row = tx.one("SELECT COUNT(*) AS n FROM memberships WHERE organization_id = ? AND role = 'owner'", (org_id,))
+        return int(row["n"]) if row else 0
+
+
+class UserService:
+    """Accounts, sign-in and memberships; sessions are delegated to SessionService."""
+
+    def __init__(self, store: UserStore, hasher: PasswordHasher, sessions: SessionService, clock: Clock) -> None:
+        self.store = store
+        self.hasher = hasher
+        self.sessions = sessions
+        self.clock = clock
+
+    def sign_up(self, body: SignUpIn) -> tuple[str, str, str]:
+        user_id = self.store.create(body.email.lower(), body.name, self.hasher.hash(body.password), body.organization_name, self.clock.iso())
+        log.info("user signed up user=%s", user_id)
+        org = self.sessions.store.first_organization(user_id)
+        sid, csrf = self.sessions.start(user_id, org)
+        return user_id, sid, csrf
+
+    def sign_in(self, email: str, password: str, previous: AuthContext | None) -> tuple[str, str, str]:
+        user = self.store.by_email(email.lower())
+        if not self.hasher.verify(password, user["password_hash"] if user else None) or user is None:
+            log.info("sign-in refused email_known=%s", user is not None)
+            raise AuthenticationRequired("Invalid email or password")
+        if previous is not None:
+            self.sessions.revoke(previous)  # a new id at sign-in: no session fixation
+        org = self.sessions.store.first_organization(user["id"])
+        sid, csrf = self.sessions.start(user["id"], org)
+        return user["id"], sid, csrf
+
+    def switch(self, auth: AuthContext, org_id: str) -> tuple[str, str]:
+        if self.sessions.store.role(auth.user_id, org_id) is None:
+            raise NotFound("Organization not found")
+        return self.sessions.rotate(auth, org_id)
+
+    def _member(self, auth: AuthContext, membership_id: str) -> dict:
+        found = self.store.membership(auth.organization_id or "", membership_id)
+        if found is None:
+            raise NotFound("Membership not found")
+        return found
+
+    def add(self, auth: AuthContext, body: MembershipIn) -> dict:
+        user = self.store.by_email(body.email.lower())
+        if user is None:
+            raise NotFound("No account with this email; ask the person to sign up first")
+        self._check_grant(auth, body.role)
+        mid = self.store.add_member(auth.organization_id or "", user["id"], body.role, self.clock.iso())
+        return self._member(auth, mid)
+
+    def change_role(self, auth: AuthContext, membership_id: str, role: str) -> dict:
+        member = self._member(auth, membership_id)
+        self._check_grant(auth, role)
+        self._check_grant(auth, member["role"])
+        if member["role"] == "owner" and role != "owner" and self.store.owners(auth.organization_id or "") <= 1:
+            raise BadRequest("The organization must keep at least one owner")
+        self.store.set_role(membership_id, role)
+        log.info("membership role changed membership=%s from=%s to=%s by=%s", membership_id, member["role"], role, auth.user_id)
+        return self._member(auth, membership_id)
+
+    def remove(self, auth: AuthContext, membership_id: str) -> None:
+        member = self._member(auth, membership_id)
+        self._check_grant(auth, member["role"])
+        if member["role"] == "owner" and self.store.owners(auth.organization_id or "") <= 1:
+            raise BadRequest("The organization must keep at least one owner")
+        self.store.remove(membership_id)
+
+    @staticmethod
+    def _check_grant(auth: AuthContext, role: str) -> None:
+        if role == "owner" and auth.role != "owner":
+            raise Forbidden("Only an owner can grant or change the owner role")
+
+
+def _session_out(service: UserService, user_id: str, csrf: str, org_id: str | None) -> SessionOut:
+    memberships = service.store.memberships_of(user_id)
+    me = next(m for m in service.store.members(org_id) if m["user_id"] == user_id) if org_id else None
+    user = service.store.by_email(memberships[0]["email"]) if memberships else None
+    if user is None:
+        with service.store.db.transaction(write=False) as tx:
+            user = tx.one("SELECT id, email, name FROM users WHERE id = ?", (user_id,))
+    assert user is not None
+    return SessionOut(
+        user=UserOut(id=user["id"], email=user["email"], name=user["name"]),
+        auth=AuthOut(user_id=user_id, organization_id=org_id, role=me["role"] if me else None),
+        csrf_token=csrf,
+        memberships=[MembershipOut(**m) for m in memberships],
+    )
+
+
+def routes(service: UserService) -> list:
+    """(Endpoint, handler) pairs mounted under /users."""
+
+    def sign_up(call: Call) -> SessionOut:
+        user_id, sid, csrf = service.sign_up(call.body)
+        service.sessions.set_cookie(bottle.request, bottle.response, sid)
+        return _session_out(service, user_id, csrf, service.sessions.store.first_organization(user_id))
+
+    def sign_in(call: Call) -> SessionOut:
+        user_id, sid, csrf = service.sign_in(call.body.email, call.body.password, call.auth)
+        service.sessions.set_cookie(bottle.request, bottle.response, sid)
+        return _session_out(service, user_id, csrf, service.sessions.store.first_organization(user_id))
+
+    def sign_out(call: Call) -> None:
+        service.sessions.revoke(call.auth)
+        service.sessions.clear_cookie(bottle.request, bottle.response)
+
+    def me(call: Call) -> SessionOut:
+        return _session_out(service, call.auth.user_id, call.auth.csrf_token, call.auth.organization_id)
+
+    def switch(call: Call) -> SessionOut:
+        sid, csrf = service.switch(call.auth, call.body.organization_id)
+        service.sessions.set_cookie(bottle.request, bottle.response, sid)
+        return _session_out(service, call.auth.user_id, csrf, call.body.organization_id)
+
+    def list_members(call: Call) -> MembershipList:
+        return MembershipList(items=[MembershipOut(**m) for m in service.store.members(call.auth.organization_id)])
+
+    def get_member(call: Call) -> MembershipOut:
+        return MembershipOut(**service._member(call.auth, call.params.membership_id))
+
+    def add_member(call: Call) -> MembershipOut:
+        return MembershipOut(**service.add(call.auth, call.body))
+
+    def put_member(call: Call) -> MembershipOut:
+        return MembershipOut(**service.change_role(call.auth, call.params.membership_id, call.body.role))
+
+    def patch_member(call: Call) -> MembershipOut:
+        if call.body.role is None:
+            return MembershipOut(**service._member(call.auth, call.params.membership_id))
+        return MembershipOut(**service.change_role(call.auth, call.params.membership_id, call.body.role))
+
+    def delete_member(call: Call) -> None:
+        service.remove(call.auth, call.params.membership_id)
+
+    P = MembershipParams
+    return [
+        (Endpoint("POST", "/sign-up", "Create an account (and optionally a hotel organization it owns)", Access.PUBLIC, body=SignUpIn, response=SessionOut, status=201), sign_up),
+        (Endpoint("POST", "/sign-in", "Sign in; sets the session cookie (new id every time)", Access.PUBLIC, body=SignInIn, response=SessionOut), sign_in),
+        (Endpoint("POST", "/sign-out", "Revoke the current session", Access.AUTH, status=204), sign_out),
+        (Endpoint("GET", "/me", "The caller: user, auth (userId, organizationId, role), CSRF token, memberships", Access.AUTH, response=SessionOut), me),
+        (Endpoint("POST", "/switch-organization", "Make another membership's organization active (rotates the session)", Access.AUTH, body=SwitchOrganizationIn, response=SessionOut), switch),
+        (Endpoint("GET", "/memberships", "Members of the active organization", Access.ADMIN, response=MembershipList), list_members),
+        (Endpoint("GET", "/memberships/<membership_id>", "One membership", Access.ADMIN, params=P, response=MembershipOut), get_member),
+        (Endpoint("POST", "/memberships", "Add an existing account to the organization with a role", Access.ADMIN, body=MembershipIn, response=MembershipOut, status=201), add_member),
+        (Endpoint("PUT", "/memberships/<membership_id>", "Replace a membership (its role)", Access.ADMIN, params=P, body=MembershipPut, response=MembershipOut), put_member),
+        (Endpoint("PATCH", "/memberships/<membership_id>", "Change a membership's role", Access.ADMIN, params=P, body=MembershipPatch, response=MembershipOut), patch_member),
+        (Endpoint("DELETE", "/memberships/<membership_id>", "Remove a member", Access.ADMIN, params=P, status=204), delete_member),
+    ]
