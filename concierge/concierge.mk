@@ -1,0 +1,8 @@
+# Concierge (hotel concierge platform API): `make concierge` serves it with a seeded demo hotel.
+# Included at the end of the top-level Makefile; $(STAMP) and $(PY) come from there.
+APT_PACKAGES += nginx redis-server
+CONCIERGE_PORT ?= 8080
+
+.PHONY: concierge
+concierge: $(STAMP)
+	CONCIERGE_STATE_DIR=$${CONCIERGE_STATE_DIR:-var/concierge} $(PY) -m concierge --seed --port $(CONCIERGE_PORT)

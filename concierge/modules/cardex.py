@@ -1,0 +1,288 @@
+"""/cardex: the guest register (staff only), arrival confirmation, check-in emails, departures."""
+
+from __future__ import annotations
+
+import logging
+from datetime import date
+from typing import Any, Callable, Literal
+
+from pydantic import Field, model_validator
+
+from concierge.api import Access, Call, Email, Endpoint, Id, OutSchema, QuerySchema, Schema
+from concierge.clock import Clock, new_id
+from concierge.database import Database, Row, Tx
+from concierge.errors import BadRequest, NotFound
+from concierge.mail import Mailer
+from concierge.outbox import enqueue
+from concierge.pubsub import PubSub
+from concierge.statemachines import CHECK_IN
+
+log = logging.getLogger(__name__)
+
+GuestStatus = Literal["expected", "arrived", "no_show", "checked_out", "canceled"]
+Phone = str
+
+
+class GuestFields(Schema):
+    first_name: str = Field(min_length=1, max_length=80)
+    last_name: str = Field(min_length=1, max_length=80)
+    email: Email | None = None
+    phone: str | None = Field(default=None, min_length=3, max_length=32, pattern=r"^\+?[0-9 ()-]+$")
+    room: str | None = Field(default=None, min_length=1, max_length=16)
+    vip: bool = False
+    arrival_date: date | None = None
+    departure_date: date | None = None
+    notes: str = Field(default="", max_length=2000)
+    user_id: Id | None = Field(default=None, description="The guest's app account (a member of this organization)")
+
+    @model_validator(mode="after")
+    def _dates_in_order(self) -> GuestFields:
+        if self.arrival_date and self.departure_date and self.departure_date < self.arrival_date:
+            raise ValueError("departureDate must not be before arrivalDate")
+        return self
+
+
+class GuestIn(GuestFields):
+    pass
+
+
+class GuestPatch(Schema):
+    first_name: str | None = Field(default=None, min_length=1, max_length=80)
+    last_name: str | None = Field(default=None, min_length=1, max_length=80)
+    email: Email | None = None
+    phone: str | None = Field(default=None, min_length=3, max_length=32, pattern=r"^\+?[0-9 ()-]+$")
+    room: str | None = Field(default=None, min_length=1, max_length=16)
+    vip: bool | None = None
+    arrival_date: date | None = None
+    departure_date: date | None = None
+    notes: str | None = Field(default=None, max_length=2000)
+    user_id: Id | None = None
+
+
+class GuestOut(OutSchema):
+    id: str
+    first_name: str
+    last_name: str
+    email: str | None
+    phone: str | None
+    room: str | None
+    vip: bool
+    status: GuestStatus
+    arrival_date: str | None
+    departure_date: str | None
+    notes: str
+    user_id: str | None
+    pms_reservation_id: str | None
+    check_in_email_sent_at: str | None
+    arrived_at: str | None
+    created_at: str
+    updated_at: str
+
+
+class GuestList(OutSchema):
+    items: list[GuestOut]
+    total: int
+
+
+class GuestsQuery(QuerySchema):
+    search: str | None = Field(default=None, max_length=100, description="Matches name, email, phone or room")
+    vip_only: bool | None = None
+    staying: bool | None = Field(default=None, description="true: in house (arrived); false: not in house")
+    limit: int = Field(default=100, ge=1, le=500)
+    offset: int = Field(default=0, ge=0)
+
+
+class GuestParams(Schema):
+    guest_id: Id
+
+
+class GuestAction(Schema):
+    guest_id: Id
+
+
+class CheckInEmailOut(OutSchema):
+    guest_id: str
+    sent_to: str
+    sent_at: str
+    check_in_url: str
+
+
+FIELDS = ("first_name", "last_name", "email", "phone", "room", "vip", "arrival_date", "departure_date", "notes", "user_id")
+
+
+def _db_value(key: str, value: Any) -> Any:
+    if key == "vip":
+        return 1 if value else 0
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
+
+
+class GuestStore:
+    """guests table."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def list(self, org_id: str, q: GuestsQuery) -> tuple[list[Row], int]:
+        where = ["organization_id = ?"]
+        args: list[Any] = [org_id]
+        if q.search:
+            like = f"%{q.search.lower()}%"
+            where.append("(LOWER(first_name || ' ' || last_name) LIKE ? OR LOWER(COALESCE(email, '')) LIKE ? OR COALESCE(phone, '') LIKE ? OR LOWER(COALESCE(room, '')) LIKE ?)")
+            args += [like, like, f"%{q.search}%", like]
+        if q.vip_only:
+            where.append("vip = 1")
+        if q.staying is True:
+            where.append("status = 'arrived'")
+        elif q.staying is False:
+            where.append("status <> 'arrived'")
+        clause = " AND ".join(where)
+        with self.db.transaction(write=False) as tx:
+            total = tx.one(f"SELECT COUNT(*) AS n FROM guests WHERE {clause}", args)
+            rows = tx.all(f"SELECT * FROM guests WHERE {clause} ORDER BY last_name, first_name, id LIMIT ? OFFSET ?", args + [q.limit, q.offset])
+        return rows, int(total["n"]) if total else 0
+
+    @staticmethod
+    def get(tx: Tx, org_id: str, guest_id: str, lock: bool = False) -> Row:
+        row = tx.one("SELECT * FROM guests WHERE id = ? AND organization_id = ?", (guest_id, org_id))
+        if row is None:
+            raise NotFound("Guest not found")
+        return row
+
+    def insert(self, tx: Tx, org_id: str, values: dict[str, Any], status: str, now: str, pms_id: str | None = None) -> str:
+        gid = new_id("gst")
+        cols = ["id", "organization_id", "status", "pms_reservation_id", "created_at", "updated_at", *values]
+        tx.execute(
+            f"INSERT INTO guests ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+            [gid, org_id, status, pms_id, now, now, *(_db_value(k, v) for k, v in values.items())],
+        )
+        return gid
+
+    def update(self, tx: Tx, org_id: str, guest_id: str, values: dict[str, Any], now: str) -> None:
+        sets = ", ".join(f"{k} = ?" for k in values)
+        tx.execute(
+            f"UPDATE guests SET {sets}, updated_at = ? WHERE id = ? AND organization_id = ?",
+            [*(_db_value(k, v) for k, v in values.items()), now, guest_id, org_id],
+        )
+
+
+def guest_out(row: Row) -> GuestOut:
+    return GuestOut(**{**row, "vip": bool(row["vip"])})
+
+
+class CardexService:
+    """Guest register operations; arrival and departure go through the check-in state machine."""
+
+    def __init__(self, store: GuestStore, pubsub: PubSub, mailer: Mailer, clock: Clock, kick_outbox: Callable[[], None], public_url: str) -> None:
+        self.store = store
+        self.pubsub = pubsub
+        self.mailer = mailer
+        self.clock = clock
+        self.kick_outbox = kick_outbox
+        self.public_url = public_url
+
+    def _check_user(self, tx: Tx, org_id: str, user_id: str | None) -> None:
+        if user_id and tx.one("SELECT 1 AS ok FROM memberships WHERE user_id = ? AND organization_id = ?", (user_id, org_id)) is None:
+            raise NotFound("userId is not a member of this organization")
+
+    def create(self, org_id: str, body: GuestIn) -> Row:
+        with self.store.db.transaction() as tx:
+            self._check_user(tx, org_id, body.user_id)
+            gid = self.store.insert(tx, org_id, body.model_dump(include=set(FIELDS)), CHECK_IN.initial, self.clock.iso())
+            return self.store.get(tx, org_id, gid)
+
+    def get(self, org_id: str, guest_id: str) -> Row:
+        with self.store.db.transaction(write=False) as tx:
+            return self.store.get(tx, org_id, guest_id)
+
+    def update(self, org_id: str, guest_id: str, values: dict[str, Any]) -> Row:
+        with self.store.db.transaction() as tx:
+            current = self.store.get(tx, org_id, guest_id)
+            self._check_user(tx, org_id, values.get("user_id"))
+            merged = {**{k: current[k] for k in ("arrival_date", "departure_date")}, **{k: (v.isoformat() if isinstance(v, date) else v) for k, v in values.items()}}
+            if merged["arrival_date"] and merged["departure_date"] and merged["departure_date"] < merged["arrival_date"]:
+                from concierge.errors import ValidationFailed
+
+                raise ValidationFailed([{"location": "body", "field": "departureDate", "message": "departureDate must not be before arrivalDate", "type": "value_error"}])
+            if values:
+                self.store.update(tx, org_id, guest_id, values, self.clock.iso())
+            return self.store.get(tx, org_id, guest_id)
+
+    def delete(self, org_id: str, guest_id: str) -> None:
+        with self.store.db.transaction() as tx:
+            self.store.get(tx, org_id, guest_id)
+            tx.execute("DELETE FROM guests WHERE id = ? AND organization_id = ?", (guest_id, org_id))
+
+    def _transition(self, org_id: str, guest_id: str, target: str, pms_kind: str | None, extra: dict[str, Any]) -> Row:
+        now = self.clock.iso()
+        with self.store.db.transaction() as tx:
+            guest = self.store.get(tx, org_id, guest_id)
+            CHECK_IN.check(guest["status"], target)
+            tx.execute("UPDATE guests SET status = ?, updated_at = ? WHERE id = ?", (target, now, guest_id))
+            if extra:
+                self.store.update(tx, org_id, guest_id, extra, now)
+            if pms_kind:
+                enqueue(tx, self.clock, org_id, pms_kind, {"guestId": guest_id, "organizationId": org_id, "reservationId": guest["pms_reservation_id"]})
+            row = self.store.get(tx, org_id, guest_id)
+        if pms_kind:
+            self.kick_outbox()
+        if row["user_id"]:
+            self.pubsub.publish(
+                f"guest:{row['user_id']}:status",
+                {"status": target, "guestId": guest_id, "room": row["room"], "firstName": row["first_name"], "at": now},
+            )
+        log.info("check-in transition guest=%s from=%s to=%s", guest_id, guest["status"], target)
+        return row
+
+    def confirm_arrival(self, org_id: str, guest_id: str) -> Row:
+        return self._transition(org_id, guest_id, "arrived", "pms.check_in", {"arrived_at": self.clock.iso()})
+
+    def check_out(self, org_id: str, guest_id: str) -> Row:
+        return self._transition(org_id, guest_id, "checked_out", "pms.check_out", {})
+
+    def mark_no_show(self, org_id: str, guest_id: str) -> Row:
+        return self._transition(org_id, guest_id, "no_show", None, {})
+
+    def send_check_in_email(self, org_id: str, guest_id: str) -> CheckInEmailOut:
+        guest = self.get(org_id, guest_id)
+        if not guest["email"]:
+            raise BadRequest("This guest has no email address")
+        if guest["status"] != "expected":
+            raise BadRequest(f"Online check-in is only offered before arrival (guest is {guest['status']})")
+        url = f"{self.public_url}/check-in?guest={guest_id}"
+        body = (
+            f"Dear {guest['first_name']} {guest['last_name']},\n\nYour room is being prepared. Check in online before you arrive "
+            f"and skip the front desk:\n{url}\n\nSee you soon."
+        )
+        self.mailer.send(guest["email"], "Check in online before you arrive", body)
+        now = self.clock.iso()
+        with self.store.db.transaction() as tx:
+            self.store.update(tx, org_id, guest_id, {"check_in_email_sent_at": now}, now)
+        return CheckInEmailOut(guest_id=guest_id, sent_to=guest["email"], sent_at=now, check_in_url=url)
+
+
+def routes(service: CardexService) -> list:
+    """(Endpoint, handler) pairs mounted under /cardex; every route requires staff."""
+
+    def org(call: Call) -> str:
+        return call.auth.organization_id
+
+    def list_guests(call: Call) -> GuestList:
+        rows, total = service.store.list(org(call), call.query)
+        return GuestList(items=[guest_out(r) for r in rows], total=total)
+
+    S = Access.STAFF
+    P = GuestParams
+    return [
+        (Endpoint("GET", "/guests", "Guests of the caller's organization (search name/email/phone/room, vipOnly, staying)", S, query=GuestsQuery, response=GuestList), list_guests),
+        (Endpoint("GET", "/guests/<guest_id>", "One guest", S, params=P, response=GuestOut), lambda c: guest_out(service.get(org(c), c.params.guest_id))),
+        (Endpoint("POST", "/guests", "Register a guest (status starts at expected)", S, body=GuestIn, response=GuestOut, status=201), lambda c: guest_out(service.create(org(c), c.body))),
+        (Endpoint("PUT", "/guests/<guest_id>", "Replace a guest's details (status changes only through actions)", S, params=P, body=GuestIn, response=GuestOut), lambda c: guest_out(service.update(org(c), c.params.guest_id, c.body.model_dump(include=set(FIELDS))))),
+        (Endpoint("PATCH", "/guests/<guest_id>", "Change some of a guest's details", S, params=P, body=GuestPatch, response=GuestOut), lambda c: guest_out(service.update(org(c), c.params.guest_id, c.body.model_dump(exclude_unset=True)))),
+        (Endpoint("DELETE", "/guests/<guest_id>", "Delete a guest", S, params=P, status=204), lambda c: service.delete(org(c), c.params.guest_id)),
+        (Endpoint("POST", "/confirm-arrival", "Mark the guest arrived, check them in at the PMS (outbox), publish on guest:<userId>:status", S, body=GuestAction, response=GuestOut), lambda c: guest_out(service.confirm_arrival(org(c), c.body.guest_id))),
+        (Endpoint("POST", "/check-out", "Mark the guest departed and check them out at the PMS (outbox)", S, body=GuestAction, response=GuestOut), lambda c: guest_out(service.check_out(org(c), c.body.guest_id))),
+        (Endpoint("POST", "/mark-no-show", "Mark an expected guest as no-show", S, body=GuestAction, response=GuestOut), lambda c: guest_out(service.mark_no_show(org(c), c.body.guest_id))),
+        (Endpoint("POST", "/send-check-in-email", "Email an expected guest their online check-in link", S, body=GuestAction, response=CheckInEmailOut), lambda c: service.send_check_in_email(org(c), c.body.guest_id)),
+    ]

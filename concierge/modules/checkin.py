@@ -1,0 +1,36 @@
+"""/check-in/stream: the caller's server-sent events (ready, then every update on guest:<userId>:status)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import bottle
+
+from concierge.api import Access, Call, Endpoint
+from concierge.streams import StreamHub, parse_last_event_id
+
+
+def routes(hub: StreamHub) -> list:
+    def stream(call: Call) -> Iterator[bytes]:
+        user_id = call.auth.user_id
+        hub.acquire(user_id)  # 503 + Retry-After beyond the caps
+        resp = bottle.response
+        resp.content_type = "text/event-stream; charset=utf-8"
+        resp.set_header("Cache-Control", "no-cache, no-transform")
+        resp.set_header("X-Accel-Buffering", "no")
+        last = parse_last_event_id(call.headers.get("Last-Event-ID") or bottle.request.query.get("lastEventId"))
+        return hub.stream(user_id, f"guest:{user_id}:status", last)
+
+    return [
+        (
+            Endpoint(
+                "GET",
+                "/stream",
+                "Server-sent events for the caller: `ready`, then `status` events (ids increase; resume with Last-Event-ID; heartbeat every 15 s)",
+                Access.AUTH,
+                stream=True,
+                headers=(("Last-Event-ID", False, "Resume after this event id (recent events are replayed)"),),
+            ),
+            stream,
+        )
+    ]
