@@ -1,0 +1,127 @@
+from appliance.flows.tracker import FlowLimits, FlowTimeouts, FlowTracker, community_id, flow_id
+from appliance.ingest.convert import PacketConverter
+from appliance.model import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, ip_int
+from tests.appliance import wire
+
+BASE_MS = 1_700_000_000_000  # event time in the past: the tracker must not care about the wall clock
+AGENT = "agent-1"
+
+
+def make(limits=None, timeouts=None):
+    expired = []
+    tracker = FlowTracker(expired.append, timeouts or FlowTimeouts(), limits or FlowLimits())
+    return tracker, expired
+
+
+def pkts(*pbs):
+    conv = PacketConverter()
+    return [conv.convert(pb, (BASE_MS + 10**9) * 1_000_000) for pb in pbs]
+
+
+def test_flow_id_is_the_same_in_both_directions():
+    a, b = ip_int("10.0.0.5"), ip_int("93.184.216.34")
+    assert flow_id(6, a, 40000, b, 443) == flow_id(6, b, 443, a, 40000)
+    assert flow_id(6, a, 40000, b, 443) != flow_id(6, a, 40001, b, 443)
+
+
+def test_community_id_matches_the_published_test_vector():
+    # Community ID spec baseline: tcp 128.232.110.120:34855 -> 66.35.250.204:80
+    cid = community_id(6, ip_int("128.232.110.120"), 34855, ip_int("66.35.250.204"), 80)
+    assert cid == "1:LQU9qZlK+B5F3KDmev6m5PMibrg="
+
+
+def test_both_directions_aggregate_into_one_flow_with_counters():
+    tracker, _ = make()
+    tracker.add_packets(AGENT, pkts(
+        wire.packet(ts_ms=BASE_MS, size=60, payload=b"abc", flags=TCP_SYN),
+        wire.packet(ts_ms=BASE_MS + 5, size=1500, payload=b"x" * 100, direction=wire.INBOUND, flags=TCP_ACK),
+        wire.packet(ts_ms=BASE_MS + 9, size=52, direction=wire.OUTBOUND, flags=TCP_ACK),
+    ))
+    [flow] = tracker.snapshot()
+    assert (flow.packets_out, flow.packets_in, flow.bytes_out, flow.bytes_in) == (2, 1, 112, 1500)
+    assert flow.payload_bytes_out == 3 and flow.payload_bytes_in == 100
+    assert flow.tcp_flags == TCP_SYN | TCP_ACK
+    assert flow.last_ns - flow.first_ns == 9_000_000
+    assert len(flow.samples) == 2
+
+
+def test_idle_flows_expire_on_event_time_not_wall_clock():
+    tracker, expired = make(timeouts=FlowTimeouts(udp_idle=30))
+    tracker.add_packets(AGENT, pkts(wire.udp_out("10.0.0.5", "1.1.1.1", 4000, 9999, b"a", ts_ms=BASE_MS)))
+    tracker.add_packets(AGENT, pkts(wire.udp_out("10.0.0.5", "1.1.1.2", 4000, 9999, b"b", ts_ms=BASE_MS + 29_000)))
+    assert expired == []  # wall clock is years past these timestamps; only event time counts
+    tracker.add_packets(AGENT, pkts(wire.udp_out("10.0.0.5", "1.1.1.3", 4000, 9999, b"c", ts_ms=BASE_MS + 31_000)))
+    assert [f.remote_addr for f in expired] == ["1.1.1.1"]
+    assert expired[0].end_reason == "idle"
+
+
+def test_each_agent_has_its_own_event_clock():
+    tracker, expired = make(timeouts=FlowTimeouts(udp_idle=30))
+    tracker.add_packets("a", pkts(wire.udp_out("10.0.0.5", "1.1.1.1", 4000, 9999, b"a", ts_ms=BASE_MS)))
+    tracker.add_packets("b", pkts(wire.udp_out("10.0.0.6", "1.1.1.1", 4000, 9999, b"a", ts_ms=BASE_MS + 3_600_000)))
+    assert expired == []
+
+
+def test_tcp_close_ends_the_flow_after_fin_in_both_directions():
+    tracker, expired = make()
+    tracker.add_packets(AGENT, pkts(wire.packet(ts_ms=BASE_MS, flags=TCP_SYN), wire.packet(ts_ms=BASE_MS + 1, flags=TCP_FIN | TCP_ACK)))
+    assert expired == []
+    tracker.add_packets(AGENT, pkts(wire.packet(ts_ms=BASE_MS + 2, flags=TCP_FIN | TCP_ACK, direction=wire.INBOUND)))
+    assert [f.end_reason for f in expired] == ["tcp_close"]
+    assert tracker.active_flows == 0
+
+
+def test_rst_ends_the_flow_at_once():
+    tracker, expired = make()
+    tracker.add_packets(AGENT, pkts(wire.packet(ts_ms=BASE_MS, flags=TCP_SYN), wire.packet(ts_ms=BASE_MS + 1, flags=TCP_RST, direction=wire.INBOUND)))
+    assert [f.end_reason for f in expired] == ["tcp_close"]
+    assert expired[0].packets_in == 1
+
+
+def test_active_timeout_cuts_long_flows():
+    tracker, expired = make(timeouts=FlowTimeouts(active=60))
+    tracker.add_packets(AGENT, pkts(*[wire.packet(ts_ms=BASE_MS + i * 10_000) for i in range(8)]))
+    assert expired and expired[0].end_reason == "active"
+    assert expired[0].packets_out == 7  # 0..60 s
+
+
+def test_flow_cap_evicts_the_longest_idle_flow_and_counts_it():
+    tracker, expired = make(limits=FlowLimits(max_flows=3))
+    for i in range(3):
+        tracker.add_packets(AGENT, pkts(wire.packet(ts_ms=BASE_MS + i, remote=f"1.1.1.{i + 1}")))
+    tracker.add_packets(AGENT, pkts(wire.packet(ts_ms=BASE_MS + 1, remote="1.1.1.2")))  # refresh .2
+    tracker.add_packets(AGENT, pkts(wire.packet(ts_ms=BASE_MS + 10, remote="1.1.1.9")))
+    assert tracker.active_flows == 3
+    assert tracker.flows_evicted == 1
+    assert [(f.remote_addr, f.end_reason) for f in expired] == [("1.1.1.1", "evicted")]
+
+
+def test_closing_the_last_stream_flushes_the_agents_flows():
+    tracker, expired = make()
+    tracker.stream_opened(AGENT)
+    tracker.stream_opened(AGENT)
+    tracker.add_packets(AGENT, pkts(wire.packet(ts_ms=BASE_MS), wire.packet(ts_ms=BASE_MS, remote="1.1.1.1")))
+    tracker.stream_closed(AGENT)
+    assert expired == []  # another stream of the agent is still open
+    tracker.stream_closed(AGENT)
+    assert sorted(f.end_reason for f in expired) == ["stream_end", "stream_end"]
+    assert tracker.active_flows == 0
+
+
+def test_sweep_expires_flows_of_a_quiet_agent_by_wall_time():
+    tracker, expired = make(timeouts=FlowTimeouts(udp_idle=5))
+    tracker.add_packets(AGENT, pkts(wire.udp_out("10.0.0.5", "1.1.1.1", 4000, 9999, b"a", ts_ms=BASE_MS)))
+    import time
+    tracker.sweep(time.monotonic() + 2)
+    assert expired == []
+    tracker.sweep(time.monotonic() + 10)
+    assert [f.end_reason for f in expired] == ["idle"]
+
+
+def test_samples_and_dns_per_flow_are_bounded():
+    tracker, _ = make(limits=FlowLimits(samples_per_flow=2, sample_bytes=10, dns_per_flow=3))
+    batch = [wire.udp_out("10.0.0.5", "10.0.0.1", 4000, 53, wire.dns_query(f"q{i}.example"), ts_ms=BASE_MS + i) for i in range(6)]
+    tracker.add_packets(AGENT, pkts(*batch))
+    [flow] = tracker.snapshot()
+    assert len(flow.samples) == 2 and all(len(p.payload) <= 10 for p in flow.samples)
+    assert [m.qname for m in flow.dns] == ["q0.example", "q1.example", "q2.example"]

@@ -1,0 +1,154 @@
+"""Ingestion through a real gRPC server over loopback (mTLS), as agents use it."""
+
+import threading
+import time
+import uuid
+
+import grpc
+import pytest
+
+from appliance.generated import sensor_pb2
+from appliance.ingest.identity import AGENT_NAMESPACE
+from tests.appliance import wire
+
+BASE_MS = 1_700_000_000_000
+
+
+def meta(machine="machine-A", host="host-a"):
+    return [("x-machine-id", machine), ("x-agent-hostname", host), ("x-agent-os", "linux"), ("x-agent-version", "1.2.3")]
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_stream_packets_one_message_per_packet(appliance):
+    stub = appliance.stub()
+    reply = stub.StreamPackets(iter([wire.packet(ts_ms=BASE_MS + i) for i in range(5)]), metadata=meta())
+    assert reply.packets_received == 5 and reply.packets_rejected == 0
+    assert reply.agent_id == str(uuid.uuid5(AGENT_NAMESPACE, "machine:machine-A"))
+
+
+def test_flows_are_flushed_into_analysis_when_the_stream_ends(appliance):
+    stub = appliance.stub()
+    batch = sensor_pb2.PacketBatch(packets=[wire.packet(ts_ms=BASE_MS, remote=f"1.1.1.{i}") for i in range(1, 4)])
+    stub.StreamPacketBatches(iter([batch]), metadata=meta())
+    assert wait_for(lambda: appliance.app.pipeline.flows_processed == 3)
+    assert appliance.app.tracker.active_flows == 0
+    status, body = appliance.rest.get("/api/v1/flows?state=finished")
+    assert status == 200 and {f["end_reason"] for f in body["flows"]} == {"stream_end"}
+
+
+def test_flows_are_flushed_when_the_stream_breaks(appliance):
+    stub = appliance.stub()
+    sent = threading.Event()
+    release = threading.Event()
+
+    def messages():
+        yield sensor_pb2.PacketBatch(packets=[wire.packet(ts_ms=BASE_MS)])
+        sent.set()
+        release.wait(10)
+
+    call = stub.StreamPacketBatches.future(messages(), metadata=meta())
+    assert sent.wait(5)
+    assert wait_for(lambda: appliance.app.tracker.active_flows == 1)
+    call.cancel()  # the agent goes away mid-stream
+    release.set()
+    assert wait_for(lambda: appliance.app.pipeline.flows_processed == 1)
+    assert appliance.app.tracker.active_flows == 0
+
+
+def test_malformed_packets_are_counted_and_the_stream_goes_on(appliance):
+    stub = appliance.stub()
+    bad = [
+        sensor_pb2.NetworkPacket(),  # all zero
+        wire.packet(local="0.0.0.0"),
+        wire.packet(direction=0),
+        wire.packet(protocol=999),
+        wire.packet(rport=100000),
+        wire.packet(protocol=1, payload=b"\x08"),  # truncated ICMP: kept best effort
+        wire.packet(ts_ms=0),  # repaired
+        wire.packet(payload=b"\xff" * 70000),  # truncated to the payload cap
+        wire.udp_out("10.0.0.5", "10.0.0.1", 4000, 53, b"\x00\x01garbage"),  # malformed DNS: kept
+    ]
+    good = [wire.packet(ts_ms=BASE_MS + i, remote="2.2.2.2") for i in range(3)]
+    batches = [sensor_pb2.PacketBatch(packets=bad), sensor_pb2.PacketBatch(), sensor_pb2.PacketBatch(packets=good)]
+    reply = stub.StreamPacketBatches(iter(batches), metadata=meta())
+    assert reply.packets_rejected == 5
+    assert reply.packets_received == 4 + 3
+    status, metrics = appliance.rest.get("/api/v1/metrics")
+    assert metrics["rejected_by_reason"] == {"zero_address": 2, "bad_direction": 1, "bad_protocol": 1, "bad_port": 1}
+    assert metrics["repaired_by_reason"]["payload_truncated"] == 1
+    # and the server still serves a new stream
+    assert stub.StreamPackets(iter([wire.packet()]), metadata=meta()).packets_received == 1
+
+
+def test_agent_id_falls_back_to_the_peer_address_without_machine_id(appliance):
+    reply = appliance.stub().StreamPackets(iter([wire.packet()]))
+    assert reply.agent_id == str(uuid.uuid5(AGENT_NAMESPACE, "peer:127.0.0.1"))
+
+
+def test_two_machines_sharing_one_certificate_keep_distinct_ids(appliance):
+    issued = appliance.app.ca.issue_agent("sensor-agent-shared")
+    stub = appliance.stub(cert=(issued.cert_pem, issued.key_pem))
+    one = stub.StreamPackets(iter([wire.packet()]), metadata=meta("machine-1", "one"))
+    two = stub.StreamPackets(iter([wire.packet()]), metadata=meta("machine-2", "two"))
+    assert one.agent_id != two.agent_id
+    status, body = appliance.rest.get("/api/v1/agents")
+    assert {a["hostname"] for a in body["agents"]} == {"one", "two"}
+
+
+def test_agents_endpoint_shows_identity_counts_and_online_status(appliance):
+    stub = appliance.stub()
+    release = threading.Event()
+
+    def messages():
+        yield sensor_pb2.PacketBatch(packets=[wire.packet(), wire.packet()])
+        release.wait(10)
+
+    call = stub.StreamPacketBatches.future(messages(), metadata=meta("m-online", "web-01"))
+    assert wait_for(lambda: appliance.rest.get("/api/v1/agents")[1]["count"] == 1)
+    assert wait_for(lambda: appliance.rest.get("/api/v1/agents")[1]["agents"][0]["packets_received"] == 2)
+    agent = appliance.rest.get("/api/v1/agents")[1]["agents"][0]
+    assert (agent["hostname"], agent["os"], agent["version"], agent["status"]) == ("web-01", "linux", "1.2.3", "online")
+    assert agent["remote_address"] == "127.0.0.1"
+    release.set()
+    call.result(timeout=10)
+    assert wait_for(lambda: appliance.rest.get("/api/v1/agents")[1]["agents"][0]["status"] == "offline")
+
+
+def test_hostile_metadata_is_bounded_and_cleaned(appliance):
+    reply = appliance.stub().StreamPackets(iter([wire.packet()]), metadata=[("x-agent-hostname", "h" * 5000), ("x-machine-id", "m")])
+    agent = appliance.rest.get(f"/api/v1/agents/{reply.agent_id}")[1]
+    assert agent["hostname"] == "h" * 255
+
+
+def test_dns_process_and_file_event_streams(appliance):
+    stub = appliance.stub()
+    seen = []
+    appliance.app.pipeline.observe_dns = lambda agent, msg: seen.append((agent, msg))  # observe the hand-off
+    appliance.app.ingest._on_dns_event = appliance.app.pipeline.observe_dns
+    dns = [sensor_pb2.DnsEvent(timestamp=BASE_MS, query="Example.COM.", query_type=1,
+                               answers=[sensor_pb2.DnsAnswer(name="example.com", type=1, ttl=60, data="93.184.216.34")]),
+           sensor_pb2.DnsEvent(query="")]
+    reply = stub.StreamDnsEvents(iter(dns), metadata=meta())
+    assert (reply.packets_received, reply.packets_rejected) == (1, 1)
+    assert seen[0][1].qname == "example.com" and seen[0][1].answers[0].data == "93.184.216.34"
+    procs = [sensor_pb2.ProcessEvent(kind=1, pid=42, ppid=1, name="curl", path="/usr/bin/curl", command_line="curl x", user="bob"),
+             sensor_pb2.ProcessEvent(kind=2, pid=42, exit_code=0), sensor_pb2.ProcessEvent()]
+    assert stub.StreamProcesses(iter(procs), metadata=meta()).packets_rejected == 1
+    files = [sensor_pb2.FileEvent(kind=2, pid=42, path="/tmp/x", bytes=10), sensor_pb2.FileEvent(kind=7, path="/x")]
+    assert stub.StreamFileEvents(iter(files), metadata=meta()).packets_received == 1
+
+
+def test_a_client_without_certificate_is_refused_at_the_handshake(appliance):
+    stub = appliance.stub(with_cert=False)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.StreamPackets(iter([wire.packet()]), timeout=5)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert appliance.app.ingest.packets_received == 0
