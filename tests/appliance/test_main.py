@@ -1,0 +1,62 @@
+"""The entry point as an administrator runs it: start, serve, SIGTERM, clean exit."""
+
+import json
+import os
+import re
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start(tmp_path, config_text):
+    config = tmp_path / "config.yaml"
+    config.write_text(config_text)
+    env = {k: v for k, v in os.environ.items() if k != "SENSOR_ADMIN_TOKEN"}
+    return subprocess.Popen([sys.executable, "-m", "appliance", "--config", str(config)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_runs_serves_and_exits_cleanly_on_sigterm(tmp_path):
+    proc = start(tmp_path, f"""
+grpc: {{listen: "127.0.0.1:0"}}
+rest: {{listen: "127.0.0.1:0"}}
+paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_dir: "{tmp_path}/static", signatures_dir: "{tmp_path}/sig"}}
+""")
+    lines = []
+    port = None
+    deadline = time.monotonic() + 60
+    while port is None and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        match = re.search(r"https://localhost:(\d+)/api/status", line)
+        if match:
+            port = int(match.group(1))
+    assert port, "".join(lines)
+    token_line = next(l for l in iter(proc.stdout.readline, "") if "admin token" in l)
+    token = token_line.split(":", 1)[1].split()[0]
+    ctx = ssl.create_default_context(cafile=f"{tmp_path}/certs/ca.pem")
+    with urllib.request.urlopen(f"https://localhost:{port}/api/status", context=ctx, timeout=10) as reply:
+        assert json.load(reply)["status"] == "Running"
+    req = urllib.request.Request(f"https://localhost:{port}/api/v1/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=10) as reply:
+        assert reply.status == 200
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
+    assert (tmp_path / "state" / "admin.token").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "certs" / "ca.key").stat().st_mode & 0o777 == 0o600
+
+
+def test_bad_config_stops_startup_naming_the_key(tmp_path):
+    proc = start(tmp_path, "limits:\n  max_flows: many\n")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "limits.max_flows" in out and "'many'" in out
