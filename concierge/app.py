@@ -14,7 +14,11 @@ from concierge.clock import Clock
 from concierge.database import Database, open_database
 from concierge.http import Edge, ErrorPlugin, Server, default_error_handler
 from concierge.mail import SpoolMailer
-from concierge.modules import cardex, checkin, docs, users
+from concierge.ai import AiProvider, OfflineAi, OpenAiCompatible
+from concierge.idempotency import IdempotencyStore
+from concierge.modules import ai_concierge, analytics, booking, cardex, chat, checkin, docs, integrations, menu, payment, rooms, tickets, today, users
+from concierge.payments import PaymentProvider, SandboxProvider, StripeProvider
+from concierge.records import RecordStore
 from concierge.outbox import OutboxDispatcher
 from concierge.pms import PmsAdapter, SimulatedPms, build_pms
 from concierge.pubsub import PubSub, open_pubsub
@@ -66,8 +70,14 @@ class Concierge:
         self.db.close()
 
 
-def build(settings: Settings, clock: Clock | None = None, pms: PmsAdapter | None = None, extra: dict[str, Any] | None = None) -> Concierge:
-    """Construct the object graph. `pms` (and the providers in `extra`) replace the configured adapters."""
+def build(
+    settings: Settings,
+    clock: Clock | None = None,
+    pms: PmsAdapter | None = None,
+    payments: PaymentProvider | None = None,
+    ai: AiProvider | None = None,
+) -> Concierge:
+    """Construct the object graph. `pms`, `payments` and `ai` replace the configured adapters (tests, demos)."""
     clock = clock or Clock()
     db = open_database(settings.sqlite_path, settings.database_url)
     pubsub = open_pubsub(settings.pubsub_url, settings.sse_replay_size)
@@ -81,6 +91,10 @@ def build(settings: Settings, clock: Clock | None = None, pms: PmsAdapter | None
             base_url=settings.apaleo_base_url,
             identity_url=settings.apaleo_identity_url,
         )
+    if payments is None:
+        payments = StripeProvider(settings.stripe_api_key, settings.stripe_base_url) if settings.payment_provider == "stripe" else SandboxProvider()
+    if ai is None:
+        ai = OpenAiCompatible(settings.ai_base_url, settings.ai_api_key, settings.ai_model) if settings.ai_provider == "openai" else OfflineAi()
     mailer = SpoolMailer(settings.state_dir / "mail", "concierge@localhost")
 
     session_store = SessionStore(db)
@@ -112,14 +126,36 @@ def build(settings: Settings, clock: Clock | None = None, pms: PmsAdapter | None
     public_url = f"http://{settings.host}:{settings.port}"
     cardex_service = cardex.CardexService(cardex.GuestStore(db), pubsub, mailer, clock, outbox.kick, public_url)
 
+    def table(name: str, prefix: str, noun: str, booleans: tuple[str, ...] = ()) -> RecordStore:
+        return RecordStore(db, clock, name, prefix, noun, booleans)
+
+    menu_store = table("menu_items", "mnu", "Menu item", ("available",))
+    booking_service = booking.BookingService(db, table("bookings", "bkg", "Booking"), table("room_service_orders", "ord", "Order"), menu_store, sessions.resolve_role)
+    payment_service = payment.PaymentService(db, payments, IdempotencyStore(db, clock), clock, settings.payment_webhook_secret)
+    concierge_ai = ai_concierge.ConciergeAi(db, ai)
+    sync_service = integrations.SyncService(db, pms, clock, sessions.resolve_role)
+
     api.mount("/users", "users", users.routes(user_service))
     api.mount("/cardex", "cardex", cardex.routes(cardex_service))
     api.mount("/check-in", "check-in", checkin.routes(hub))
+    api.mount("/rooms", "rooms", rooms.routes(table("rooms", "rm", "Room")))
+    api.mount("/menu", "menu", menu.routes(menu_store))
+    api.mount("/booking", "booking", booking.routes(booking_service))
+    api.mount("/chat", "chat", chat.routes(chat.ChatService(db, concierge_ai, clock, sessions.resolve_role)))
+    api.mount("/ai", "ai", ai_concierge.routes(concierge_ai, table("knowledge", "kn", "Knowledge entry")))
+    api.mount("/payment", "payment", payment.routes(payment_service))
+    api.mount("/integrations", "integrations", integrations.routes(sync_service))
+    api.mount("/tickets", "tickets", tickets.routes(tickets.TicketService(table("tickets", "tkt", "Ticket"))))
+    api.mount("/today", "today", today.routes(today.TodayService(db, clock)))
+    api.mount("/analytics", "analytics", analytics.routes(analytics.AnalyticsService(db, clock)))
 
     concierge = Concierge(
         settings=settings, db=db, pubsub=pubsub, hub=hub, clock=clock, api=api, app=app,
         wsgi=Edge(app, settings.cors_origins, settings.trust_proxy), outbox=outbox, pms=pms, mailer=mailer,
-        services={"users": user_service, "cardex": cardex_service, "sessions": sessions, "hasher": hasher},
+        services={
+            "users": user_service, "cardex": cardex_service, "sessions": sessions, "hasher": hasher, "payments": payment_service,
+            "payment_provider": payments, "ai": concierge_ai, "sync": sync_service, "booking": booking_service,
+        },
     )
     docs.mount(app, concierge.openapi, sessions, settings.production, settings.openapi_enabled)
     return concierge
