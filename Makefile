@@ -5,8 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 GEN := appliance/generated/sensor_pb2.py
+AGENTS_GEN := agents/generated/sensor_pb2.py
 # Debian packages the build or the tests need (systemd-python builds against libsystemd).
 APT_PACKAGES := pkg-config libsystemd-dev iproute2
+# The agents' network-namespace lab: a resolver and real tunneling tools; binutils for PyInstaller.
+APT_PACKAGES += dnsmasq-base iodine ptunnel-ng binutils
 CONFIG ?=
 PYTEST_ARGS ?=
 # `make test FAST=1` skips the slow end-to-end tests (CI runs them all).
@@ -14,7 +17,7 @@ ifdef FAST
 PYTEST_ARGS += -m "not slow"
 endif
 
-.PHONY: run test bench gen venv sysdeps clean
+.PHONY: run test bench gen venv sysdeps clean agents agents-gen
 .DEFAULT_GOAL := run
 
 sysdeps:
@@ -40,16 +43,35 @@ $(GEN): proto/sensor.proto $(STAMP)
 
 gen: $(GEN)
 
+# The agents are frozen separately and never import `appliance`: they get their own generated modules.
+$(AGENTS_GEN): proto/sensor.proto $(STAMP)
+	@mkdir -p agents/generated
+	@touch agents/generated/__init__.py
+	$(PY) -m grpc_tools.protoc -Iagents/generated=proto --python_out=. --grpc_python_out=. --pyi_out=. proto/sensor.proto
+	@# A private descriptor pool: tests and benches load both packages' `sensor` symbols in one process.
+	sed -i 's/^DESCRIPTOR = _descriptor_pool.Default()/DESCRIPTOR = _descriptor_pool.DescriptorPool()/' $@
+
+agents-gen: $(AGENTS_GEN)
+
+# The one-file Linux agent, served by the appliance from its static dir as agents/sensor-agent-<os>-<arch>.
+AGENT_BIN := var/static/agents/sensor-agent-linux-$(shell uname -m)
+agents: $(AGENTS_GEN)
+	@mkdir -p var/static/agents build/pyinstaller
+	$(PY) -m PyInstaller --noconfirm --log-level WARN --distpath build/pyinstaller/dist \
+	  --workpath build/pyinstaller/work packaging/pyinstaller/sensor-agent-linux.spec
+	install -m 0755 build/pyinstaller/dist/sensor-agent $(AGENT_BIN)
+	@echo "built $(AGENT_BIN)"
+
 run: $(GEN)
 	$(PY) -m appliance $(if $(CONFIG),--config $(CONFIG))
 
-test: $(GEN)
+test: $(GEN) $(AGENTS_GEN)
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
 
-bench: $(GEN)
+bench: $(GEN) $(AGENTS_GEN)
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) appliance/generated var .pytest_cache
+	rm -rf $(VENV) appliance/generated agents/generated var .pytest_cache
 
 -include concierge/concierge.mk

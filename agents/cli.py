@@ -1,0 +1,93 @@
+"""Command line of the agent: flags override the configuration file written at enrollment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from agents import __version__
+from agents.agent import RunOptions, build
+from agents.config import DEFAULT_CONFIG_PATHS, load_config
+from agents.errors import AgentError
+
+log = logging.getLogger("agents")
+
+
+def parser() -> argparse.ArgumentParser:
+    default_config = DEFAULT_CONFIG_PATHS.get(sys.platform, DEFAULT_CONFIG_PATHS["linux"])
+    p = argparse.ArgumentParser(
+        prog="sensor-agent",
+        description="Thin sensor agent: captures this host's IPv4 traffic, decodes it and streams it to the "
+                    "appliance over mTLS gRPC. It does no analysis.",
+    )
+    p.add_argument("--version", action="store_true", help="print the agent version and exit")
+    p.add_argument("--config", type=Path, default=None,
+                   help=f"configuration file written by enrollment (default: {default_config} when it exists)")
+    p.add_argument("--target", help="appliance gRPC address host:port (config key `target`)")
+    p.add_argument("--ca-cert", help="PEM file of the CA that signed the appliance (config `ca_cert`)")
+    p.add_argument("--cert", help="PEM file of this agent's client certificate (config `cert`)")
+    p.add_argument("--key", help="PEM file of its private key (config `key`)")
+    p.add_argument("--server-name", help="TLS name to expect from the appliance when --target is an address "
+                                         "not in its certificate (config `server_name`)")
+    p.add_argument("--insecure", action="store_true", default=None,
+                   help="plaintext gRPC, only for appliances run with grpc.tls: false (config `insecure`)")
+    p.add_argument("--machine-id", help="stable machine id sent as x-machine-id (default: /etc/machine-id)")
+    p.add_argument("--hostname", help="host name sent as x-agent-hostname (default: this host's name)")
+    p.add_argument("--interface", "-i", action="append", dest="interfaces",
+                   help="capture on this interface; repeat for several (default: all but loopback)")
+    p.add_argument("--snaplen", type=int, help="bytes kept of each frame (default 2048)")
+    p.add_argument("--batch-size", type=int, help="packets per batch sent (default 256)")
+    p.add_argument("--flush-interval", type=float, help="seconds a partial batch may wait (default 0.5)")
+    p.add_argument("--queue-size", type=int, help="packets buffered while the appliance is away, oldest "
+                                                  "dropped first (default 50000)")
+    p.add_argument("--no-processes", dest="processes", action="store_false", default=None,
+                   help="do not stream process start/exit events")
+    p.add_argument("--pcap", type=Path, help="replay this capture file (pcap or pcapng) with its original "
+                                             "timestamps instead of capturing live, then exit")
+    p.add_argument("--local-ip", action="append", default=[],
+                   help="with --pcap: an address of the captured host (repeatable); without it the "
+                        "initiator of each conversation is taken as local")
+    p.add_argument("--dry-run", action="store_true", help="print decoded packets instead of sending them")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    if args.version:
+        print(f"sensor-agent {__version__}")
+        return 0
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config_path = args.config
+    if config_path is None:
+        default = DEFAULT_CONFIG_PATHS.get(sys.platform)
+        if default is not None and default.exists() and not (args.pcap and args.dry_run):
+            config_path = default
+    overrides = {
+        "target": args.target, "ca_cert": args.ca_cert, "cert": args.cert, "key": args.key,
+        "server_name": args.server_name, "insecure": args.insecure, "machine_id": args.machine_id,
+        "hostname": args.hostname, "snaplen": args.snaplen, "batch_size": args.batch_size,
+        "flush_interval": args.flush_interval, "queue_size": args.queue_size, "processes": args.processes,
+        "interfaces": ",".join(args.interfaces) if args.interfaces else None,
+    }
+    try:
+        config = load_config(config_path, overrides)
+        options = RunOptions(pcap=args.pcap, dry_run=args.dry_run, local_ips=tuple(args.local_ip))
+        agent = build(config, options)
+        if options.pcap is not None:
+            summary = agent.replay()
+            # The summary goes to stdout when sending, to stderr under --dry-run (stdout holds the packets).
+            print(json.dumps(summary, sort_keys=True), file=sys.stderr if options.dry_run else sys.stdout)
+            return 0 if summary.get("complete", True) else 1
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: agent.stop.set())
+        agent.run()
+        return 0
+    except AgentError as err:
+        print(f"sensor-agent: {err}", file=sys.stderr)
+        return 2
