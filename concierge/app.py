@@ -137,7 +137,7 @@ def build(
 
     api.mount("/users", "users", users.routes(user_service))
     api.mount("/cardex", "cardex", cardex.routes(cardex_service))
-    api.mount("/check-in", "check-in", checkin.routes(hub))
+    api.mount("/check-in", "check-in", checkin.routes(hub, db))
     api.mount("/rooms", "rooms", rooms.routes(table("rooms", "rm", "Room")))
     api.mount("/menu", "menu", menu.routes(menu_store))
     api.mount("/booking", "booking", booking.routes(booking_service))

@@ -7,10 +7,23 @@ from typing import Iterator
 import bottle
 
 from concierge.api import Access, Call, Endpoint
+from concierge.database import Database
+from concierge.errors import NotFound
+from concierge.modules.cardex import GuestOut, guest_out
 from concierge.streams import StreamHub, parse_last_event_id
 
 
-def routes(hub: StreamHub) -> list:
+def routes(hub: StreamHub, db: Database) -> list:
+    def my_stay(call: Call) -> GuestOut:
+        with db.transaction(write=False) as tx:
+            row = tx.one(
+                "SELECT * FROM guests WHERE user_id = ? AND organization_id = ? ORDER BY COALESCE(arrival_date, created_at) DESC, id LIMIT 1",
+                (call.auth.user_id, call.auth.organization_id),
+            )
+        if row is None:
+            raise NotFound("No stay is linked to your account")
+        return guest_out(row)
+
     def stream(call: Call) -> Iterator[bytes]:
         user_id = call.auth.user_id
         hub.acquire(user_id)  # 503 + Retry-After beyond the caps
@@ -22,6 +35,7 @@ def routes(hub: StreamHub) -> list:
         return hub.stream(user_id, f"guest:{user_id}:status", last)
 
     return [
+        (Endpoint("GET", "/stay", "The guest's own stay (room, dates, check-in status)", Access.GUEST, response=GuestOut), my_stay),
         (
             Endpoint(
                 "GET",

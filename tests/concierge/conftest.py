@@ -152,6 +152,17 @@ def hotel(make_concierge: Callable[..., tuple[Concierge, str]]) -> Hotel:
     return make_hotel(concierge, base)
 
 
+@pytest.fixture(scope="module")
+def shared_hotel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hotel]:
+    """One hotel for a whole module of read-mostly tests (the many parametrized access/validation cases)."""
+    concierge = build(test_settings(tmp_path_factory.mktemp("shared")), pms=SimulatedPms())
+    port = concierge.start(0)
+    try:
+        yield make_hotel(concierge, f"http://127.0.0.1:{port}")
+    finally:
+        concierge.stop()
+
+
 class SseClient:
     """Reads server-sent events over a raw HTTP/1.1 connection (chunked decoding by http.client)."""
 
