@@ -13,17 +13,20 @@ from typing import Any
 import grpc
 
 from appliance.agents import AgentRegistry
+from appliance.artifacts import CA_FILE, ArtifactStore
+from appliance.enrollment import EnrollmentService, EnrollmentStore, StreamGate, default_endpoints
 from appliance.config import Settings, split_listen
 from appliance.flows.finished import FinishedFlows
 from appliance.flows.tracker import FlowLimits, FlowTimeouts, FlowTracker
 from appliance.ingest.convert import ConvertLimits, PacketConverter
 from appliance.ingest.service import IngestService
-from appliance.ingest.servicer import SensorServicer, create_server
+from appliance.ingest.servicer import SensorServicer, StreamAuthorizer, create_server
 from appliance.metrics import MetricsCollector, MetricsHistory
 from appliance.model import FlowRecord
 from appliance.pipeline import AnalysisPipeline
 from appliance.pki import CertificateAuthority, default_server_names
 from appliance.rest import routes_core
+from appliance.rest import routes_enrollment
 from appliance.rest.api import Api
 from appliance.rest.openapi import build_openapi
 from appliance.rest.server import HttpServer
@@ -32,6 +35,9 @@ log = logging.getLogger(__name__)
 
 ADMIN_TOKEN_ENV = "SENSOR_ADMIN_TOKEN"
 ADMIN_TOKEN_FILE = "admin.token"
+ENROLLMENT_DB = "enrollment.sqlite3"
+# Enrollment script templates (installer/ at the repository root).
+INSTALLER_DIR = Path(__file__).resolve().parent.parent / "installer"
 
 
 def load_admin_token(state_dir: Path) -> tuple[str, bool]:
@@ -78,12 +84,13 @@ class Appliance:
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)
+    stream_gate: StreamAuthorizer | None = None  # certificate binding and revocation (enrollment)
 
     def start(self) -> None:
         s = self.settings
         self.pipeline.start()
         self.history.start()
-        servicer = SensorServicer(self.ingest)
+        servicer = SensorServicer(self.ingest, authorize=self.stream_gate)
         credentials = None
         if s.grpc.tls:
             credentials = grpc.ssl_server_credentials(
@@ -183,7 +190,32 @@ def build(settings: Settings) -> Appliance:
         api, collector=collector, history=history, tracker=tracker, finished=finished, agents=agents,
         openapi=lambda: build_openapi(api.routes),
     )
-    return Appliance(
+    # Enrollment: the payload under /static, tokens and certificates in SQLite, the stream gate.
+    artifacts = ArtifactStore(paths.static_dir, settings.artifacts.max_upload_bytes)
+    artifacts.publish(CA_FILE, ca.ca_pem)
+    artifacts.refresh()
+    enrollment_store = EnrollmentStore(paths.state_dir / ENROLLMENT_DB)
+
+    def endpoints() -> Any:  # late-bound: the ports are known once `appliance.start()` has run
+        return default_endpoints(settings.enrollment.base_url, settings.enrollment.grpc_url, server_names[0],
+                                 appliance.rest_port, appliance.grpc_port, settings.rest.tls)
+
+    enrollment = EnrollmentService(
+        enrollment_store, ca, artifacts, template_dir=INSTALLER_DIR, endpoints=endpoints,
+        token_ttl_s=settings.enrollment.token_ttl_hours * 3600, cert_days=settings.tls.agent_cert_days,
+        product=settings.enrollment.product,
+    )
+    routes_enrollment.install(
+        api, enrollment=enrollment, artifacts=artifacts,
+        deploy_token=os.environ.get(routes_enrollment.DEPLOY_TOKEN_ENV, "").strip(),
+        scripts_over_tls=settings.rest.tls or settings.enrollment.base_url.startswith("https://"),
+    )
+    appliance = Appliance(
         settings=settings, ingest=ingest, tracker=tracker, pipeline=pipeline, agents=agents, api=api,
         history=history, ca=ca, admin_token=admin_token, admin_token_created=created,
+        stream_gate=StreamGate(enrollment_store),
     )
+    appliance.extras["enrollment"] = enrollment
+    appliance.extras["artifacts"] = artifacts
+    appliance.extras.setdefault("closers", []).append(enrollment_store.close)
+    return appliance

@@ -6,6 +6,7 @@ or a bad value stops start-up with one message per problem naming the key and th
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -106,8 +107,17 @@ class TlsSettings(_Section):
 
 class EnrollmentSettings(_Section):
     base_url: str = ""  # default: https://<first server name>:<rest port>
+    # Where enrolled agents stream; default https://<host of base_url>:<grpc port>.
+    grpc_url: str = ""
     token_ttl_hours: Annotated[float, Field(gt=0, le=24 * 365)] = 24.0
-    product: str = "SensorAgent"
+    product: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")] = "SensorAgent"
+
+    @field_validator("base_url", "grpc_url")
+    @classmethod
+    def _plain_url(cls, value: str) -> str:
+        if value and not re.fullmatch(r"https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._~/-]*)?", value):
+            raise ValueError("must be a plain http(s)://host[:port][/path] URL (no query, quotes or spaces)")
+        return value.rstrip("/")
 
 
 class ArtifactSettings(_Section):
@@ -117,6 +127,8 @@ class ArtifactSettings(_Section):
 class ReleaseSettings(_Section):
     url: str = ""  # release host base URL; reprovisioning is off while empty
     timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
+    # CA bundle that signs the release host's certificate; empty: the system's trust store.
+    ca_file: str = ""
 
 
 class Settings(_Section):

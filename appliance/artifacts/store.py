@@ -1,0 +1,371 @@
+"""ArtifactStore: the files agents download from /static, and the manifest describing them.
+
+Contract:
+- `resolve(path)` is the only way a request path becomes a file: it refuses anything that is not a
+  plain relative path of safe segments, anything whose real path (symlinks followed) leaves the
+  static directory, hidden files (upload temp files start with a dot), and private keys, by name
+  and by content.
+- `put(name, stream, ...)` writes into a temp file beside the target, hashes while copying, checks
+  size and sha256, fsyncs, then renames: a reader sees the old file or the new one, never half.
+- `manifest.json` in the static directory lists every servable file (name, size, sha256, version)
+  and the provisioned release version; it is rewritten after every change. Hashes are cached by
+  (size, mtime) so a rescan re-reads only changed files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import tempfile
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from appliance.errors import ApplianceError
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+CA_FILE = "ca.pem"
+_CHUNK = 1 << 16
+_MAX_NAME = 255
+_MAX_DEPTH = 8
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+# Names that hold private keys on some platform; never served, never accepted as upload targets.
+_KEY_SUFFIXES = (".key", ".p12", ".pfx", ".pvk", ".jks", ".keystore", ".p8")
+_KEY_MARKERS = (b"PRIVATE KEY-----", b"-----BEGIN OPENSSH PRIVATE KEY")
+_SNIFF_BYTES = 64 * 1024
+
+# Content types by suffix, longest suffix first wins; everything else is application/octet-stream.
+CONTENT_TYPES: dict[str, str] = {
+    ".exe": "application/vnd.microsoft.portable-executable",
+    ".dll": "application/vnd.microsoft.portable-executable",
+    ".sys": "application/octet-stream",
+    ".msi": "application/x-msi",
+    ".inf": "application/octet-stream",  # often UTF-16: never let a browser render it as text
+    ".cat": "application/vnd.ms-pki.seccat",
+    ".cer": "application/pkix-cert",
+    ".crt": "application/pkix-cert",
+    ".pem": "application/x-pem-file",
+    ".json": "application/json",
+    ".txt": "text/plain; charset=utf-8",
+    ".sh": "text/x-shellscript; charset=utf-8",
+    ".ps1": "text/plain; charset=utf-8",
+    ".tar.gz": "application/gzip",
+    ".tgz": "application/gzip",
+    ".gz": "application/gzip",
+    ".zip": "application/zip",
+    ".pkg": "application/octet-stream",
+    ".deb": "application/vnd.debian.binary-package",
+    ".rpm": "application/x-rpm",
+}
+
+
+class ArtifactError(ApplianceError):
+    """An artifact could not be stored or served."""
+
+
+class NotServable(ArtifactError):
+    """The path does not name a servable file (absent, outside the static directory, hidden, a key)."""
+
+
+class BadName(ArtifactError):
+    """An upload target name is not a safe relative path."""
+
+
+class TooLarge(ArtifactError):
+    """The content is larger than the limit."""
+
+
+class ChecksumMismatch(ArtifactError):
+    """The content's sha256 is not the one announced."""
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """One servable file."""
+
+    name: str
+    size: int
+    sha256: str
+    version: str = ""
+    mtime_ns: int = 0  # with size, the cache key that spares re-hashing unchanged files
+
+
+@dataclass
+class Manifest:
+    """What /static holds: the provisioned release version and every file."""
+
+    version: str = ""
+    files: dict[str, ManifestEntry] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "version": self.version,
+            "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "files": [asdict(e) for e in sorted(self.files.values(), key=lambda e: e.name)],
+        }
+
+
+def content_type(name: str) -> str:
+    lower = name.lower()
+    for suffix in sorted(CONTENT_TYPES, key=len, reverse=True):
+        if lower.endswith(suffix):
+            return CONTENT_TYPES[suffix]
+    return "application/octet-stream"
+
+
+def check_name(name: str) -> str:
+    """`name` if it is a safe relative target path ("agents/linux-amd64/sensor-agent"); BadName if not."""
+    if not name or len(name) > _MAX_NAME:
+        raise BadName(f"name must be 1-{_MAX_NAME} characters")
+    parts = name.split("/")
+    if len(parts) > _MAX_DEPTH:
+        raise BadName(f"name has more than {_MAX_DEPTH} segments")
+    for part in parts:
+        if not _SEGMENT.match(part) or part in (".", ".."):
+            raise BadName(f"segment {part[:40]!r} must start with a letter or digit and use only A-Z a-z 0-9 . _ + -")
+    if name == MANIFEST:
+        raise BadName(f"{MANIFEST} is generated by the appliance")
+    if name.lower().endswith(_KEY_SUFFIXES):
+        raise BadName("private key files are never served")
+    return name
+
+
+def check_sha256(value: str) -> str:
+    value = value.strip().lower()
+    if not _SHA256.match(value):
+        raise ArtifactError("sha256 must be 64 hex characters")
+    return value
+
+
+def check_version(value: str) -> str:
+    if value and not _VERSION.match(value):
+        raise ArtifactError("version must be 1-64 characters of A-Z a-z 0-9 . _ + -, starting with a letter or digit")
+    return value
+
+
+@dataclass(frozen=True)
+class Staged:
+    """Verified content waiting in a temp file for `ArtifactStore.commit`."""
+
+    name: str
+    tmp: Path
+    target: Path
+    size: int
+    sha256: str
+    version: str
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def _holds_private_key(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        head = handle.read(_SNIFF_BYTES)
+    return any(marker in head for marker in _KEY_MARKERS)
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class ArtifactStore:
+    """The static directory: lookup, atomic writes, manifest."""
+
+    def __init__(self, root: Path, max_bytes: int) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root
+        self.real_root = root.resolve(strict=True)
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()  # one writer of files and manifest at a time
+
+    # -- lookup ----------------------------------------------------------------------------
+    def resolve(self, path: str) -> Path:
+        """The real file behind a request path, or NotServable."""
+        if not path or "\x00" in path or "\\" in path or path.startswith("/") or len(path) > 1024:
+            raise NotServable("not a relative path")
+        parts = path.split("/")
+        if any(p in ("", ".", "..") or p.startswith(".") for p in parts):
+            raise NotServable("path has an empty, dot or hidden segment")
+        if path.lower().endswith(_KEY_SUFFIXES):
+            raise NotServable("private keys are never served")
+        try:
+            real = (self.real_root / path).resolve(strict=True)
+        except (OSError, RuntimeError):  # absent, or a symlink loop
+            raise NotServable("no such file") from None
+        if not real.is_relative_to(self.real_root) or real == self.real_root:
+            raise NotServable("outside the static directory")
+        if not real.is_file():
+            raise NotServable("not a regular file")
+        if real.name.lower().endswith(_KEY_SUFFIXES) or _holds_private_key(real):
+            log.warning("static: refused to serve %s: it holds a private key", path)
+            raise NotServable("private keys are never served")
+        return real
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.resolve(name)
+        except NotServable:
+            return False
+        return True
+
+    # -- writing ---------------------------------------------------------------------------
+    def put(self, name: str, stream: BinaryIO, *, sha256: str | None = None, version: str = "",
+            size: int | None = None) -> ManifestEntry:
+        """Store `stream` as `name` atomically; check size (and the announced size/sha256 when given)."""
+        staged = self.stage(name, stream, sha256=sha256, version=version, size=size)
+        return self.commit([staged])[0]
+
+    def stage(self, name: str, stream: BinaryIO, *, sha256: str | None = None, version: str = "",
+              size: int | None = None) -> Staged:
+        """Copy `stream` into a hidden temp file beside `name`, hashing it; verify size and sha256."""
+        check_name(name)
+        expected = check_sha256(sha256) if sha256 else None
+        check_version(version)
+        target = self.root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.parent.resolve().is_relative_to(self.real_root):
+            raise BadName(f"{name}: a directory on the way is a link out of the static directory")
+        limit = self.max_bytes if size is None else min(size, self.max_bytes)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+        try:
+            digest = hashlib.sha256()
+            written = 0
+            with os.fdopen(fd, "wb") as handle:
+                while True:
+                    chunk = stream.read(_CHUNK)
+                    if not chunk:
+                        break
+                    written += len(chunk)
+                    if written > limit:
+                        if size is not None and written > size:
+                            raise ArtifactError(f"{name}: more than the announced {size} bytes")
+                        raise TooLarge(f"{name}: larger than {self.max_bytes} bytes")
+                    digest.update(chunk)
+                    handle.write(chunk)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if size is not None and written != size:
+                raise ArtifactError(f"{name}: got {written} bytes, expected {size}")
+            actual = digest.hexdigest()
+            if expected is not None and not hmac.compare_digest(actual, expected):
+                raise ChecksumMismatch(f"{name}: sha256 is {actual}, expected {expected}")
+            os.chmod(tmp, 0o644)
+        except BaseException:
+            _unlink(Path(tmp))
+            raise
+        return Staged(name, Path(tmp), target, written, actual, version)
+
+    def commit(self, staged: list[Staged]) -> list[ManifestEntry]:
+        """Rename staged files into place (each rename atomic) and rewrite the manifest."""
+        entries: dict[str, ManifestEntry] = {}
+        with self._lock:
+            try:
+                for item in staged:
+                    os.replace(item.tmp, item.target)
+                    entries[item.name] = ManifestEntry(item.name, item.size, item.sha256, item.version,
+                                                       item.target.stat().st_mtime_ns)
+            finally:
+                self.discard(staged)
+                self._write_manifest_locked(self._scan_locked(entries))
+        for entry in entries.values():
+            log.info("artifact stored name=%s size=%d sha256=%s version=%s", entry.name, entry.size, entry.sha256,
+                     entry.version or "-")
+        return list(entries.values())
+
+    @staticmethod
+    def discard(staged: list[Staged]) -> None:
+        for item in staged:
+            _unlink(item.tmp)
+
+    def publish(self, name: str, data: bytes) -> None:
+        """Write a small file the appliance itself owns (the public CA certificate) when it differs."""
+        target = self.root / check_name(name)
+        try:
+            if target.read_bytes() == data:
+                return
+        except FileNotFoundError:
+            pass
+        from io import BytesIO
+
+        self.put(name, BytesIO(data))
+
+    # -- manifest --------------------------------------------------------------------------
+    def read_manifest(self) -> Manifest:
+        """The manifest as last written (empty when absent or unreadable)."""
+        try:
+            data = json.loads((self.root / MANIFEST).read_text(encoding="utf-8"))
+            files = {}
+            for item in data.get("files", []):
+                entry = ManifestEntry(str(item["name"]), int(item["size"]), str(item["sha256"]),
+                                      str(item.get("version", "")), int(item.get("mtime_ns", 0)))
+                files[entry.name] = entry
+            return Manifest(str(data.get("version", "")), files)
+        except FileNotFoundError:
+            return Manifest()
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            log.warning("static: %s unreadable (%s); rebuilding it", MANIFEST, err)
+            return Manifest()
+
+    def refresh(self, version: str | None = None, versions: dict[str, str] | None = None) -> Manifest:
+        """Rescan the directory and rewrite the manifest; optionally record a release version."""
+        with self._lock:
+            manifest = self._scan_locked()
+            if version is not None:
+                manifest.version = version
+            for name, file_version in (versions or {}).items():
+                entry = manifest.files.get(name)
+                if entry is not None:
+                    manifest.files[name] = ManifestEntry(entry.name, entry.size, entry.sha256, file_version, entry.mtime_ns)
+            self._write_manifest_locked(manifest)
+            return manifest
+
+    def scan(self) -> Manifest:
+        with self._lock:
+            return self._scan_locked()
+
+    def _scan_locked(self, known: dict[str, ManifestEntry] | None = None) -> Manifest:
+        previous = self.read_manifest()
+        previous.files.update(known or {})
+        files: dict[str, ManifestEntry] = {}
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for filename in sorted(filenames):
+                rel = os.path.relpath(os.path.join(dirpath, filename), self.root).replace(os.sep, "/")
+                if rel == MANIFEST or filename.startswith("."):
+                    continue
+                try:
+                    real = self.resolve(rel)
+                    stat = real.stat()
+                except (NotServable, OSError):
+                    continue
+                old = previous.files.get(rel)
+                if old is not None and old.size == stat.st_size and old.mtime_ns == stat.st_mtime_ns:
+                    files[rel] = old
+                else:
+                    files[rel] = ManifestEntry(rel, stat.st_size, _sha256_file(real), old.version if old else "",
+                                               stat.st_mtime_ns)
+        return Manifest(previous.version, files)
+
+    def _write_manifest_locked(self, manifest: Manifest) -> None:
+        from appliance.pki import write_atomic
+
+        data = json.dumps(manifest.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+        write_atomic(self.root / MANIFEST, data, 0o644)

@@ -1,0 +1,280 @@
+"""EnrollmentService: tokens, per-agent certificates, scripts; StreamGate: certificate binding and revocation."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+from cryptography.hazmat.primitives import hashes, serialization
+
+from appliance.artifacts import ArtifactStore
+from appliance.enrollment.scripts import SLOTS, Template, quote_powershell, quote_sh
+from appliance.enrollment.store import CertificateRecord, EnrollmentError, EnrollmentStore, TokenRefused
+from appliance.ingest.identity import AgentIdentity
+from appliance.pki import SERVER_SAN_NAME, CertificateAuthority
+
+log = logging.getLogger(__name__)
+
+OS_KINDS = ("windows", "linux", "macos")
+
+# Where each piece of the agent payload lives under /static (docs/enrollment.md shows the same table).
+AGENT_BINARIES: dict[str, tuple[str, ...]] = {
+    "windows": ("agents/windows-amd64/sensor-agent.exe", "agents/windows-arm64/sensor-agent.exe"),
+    "linux": ("agents/linux-amd64/sensor-agent", "agents/linux-arm64/sensor-agent"),
+    "macos": ("agents/macos-amd64/sensor-agent", "agents/macos-arm64/sensor-agent"),
+}
+DRIVER_FILES = tuple(f"driver/sensor-driver.{ext}" for ext in ("sys", "inf", "cat", "cer"))
+
+_TEMPLATES = {"windows": ("windows/enroll.ps1", quote_powershell), "linux": ("unix/enroll.sh", quote_sh),
+              "macos": ("unix/enroll.sh", quote_sh)}
+
+
+class PayloadMissing(EnrollmentError):
+    """The static directory holds no agent binary for the requested system (the token is not used up)."""
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where agents reach the appliance: REST base URL (enrollment, /static) and gRPC target."""
+
+    base_url: str
+    target_url: str
+
+
+@dataclass(frozen=True)
+class NewToken:
+    token: str
+    expires_at: float
+    command: str
+    command_unix: str
+
+
+@dataclass(frozen=True)
+class EnrollmentScript:
+    os_kind: str
+    text: str
+    fingerprint: str
+    serial: int
+    common_name: str
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def parse_token(raw: str | None) -> str | None:
+    """The canonical form of a UUIDv4 token, or None when `raw` is not one."""
+    if not raw or len(raw) > 64:
+        return None
+    try:
+        value = uuid.UUID(raw)
+    except ValueError:
+        return None
+    if value.version != 4 or str(value) != raw.lower():
+        return None
+    return str(value)
+
+
+def iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class EnrollmentService:
+    """Creates tokens and turns one token, exactly once, into an enrollment script with a fresh certificate."""
+
+    def __init__(
+        self,
+        store: EnrollmentStore,
+        ca: CertificateAuthority,
+        artifacts: ArtifactStore,
+        *,
+        template_dir: Path,
+        endpoints: Callable[[], Endpoints],
+        token_ttl_s: float,
+        cert_days: int,
+        product: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self._ca = ca
+        self._artifacts = artifacts
+        self._endpoints = endpoints
+        self._ttl = token_ttl_s
+        self._cert_days = cert_days
+        self._product = product
+        self._clock = clock
+        self._templates = {kind: Template.load(template_dir / rel, quoting) for kind, (rel, quoting) in _TEMPLATES.items()}
+
+    # -- tokens ----------------------------------------------------------------------------
+    def create_token(self, ttl_s: float | None = None) -> NewToken:
+        token = str(uuid.uuid4())
+        now = self._clock()
+        expires = now + (ttl_s if ttl_s is not None else self._ttl)
+        self.store.add_token(token, now, expires)
+        log.info("enrollment token created prefix=%s expires=%s", token[:6], iso(expires))
+        return NewToken(token, expires, self.windows_command(token), self.unix_command(token))
+
+    def endpoints(self) -> Endpoints:
+        """The configured or default endpoints, checked like any other script value."""
+        endpoints = self._endpoints()
+        for name, value in (("enrollment.base_url", endpoints.base_url), ("enrollment.grpc_url", endpoints.target_url)):
+            if not SLOTS["BASE_URL"](value):
+                raise EnrollmentError(f"{name}: {value[:80]!r} is not a plain http(s)://host[:port][/path] URL")
+        return endpoints
+
+    def server_pins(self) -> tuple[str, str]:
+        """(SHA-256 of the server certificate as hex, SHA-256 of its public key as base64 for curl)."""
+        cert = self._ca.server_cert()
+        spki = cert.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        digest = hashes.Hash(hashes.SHA256())
+        digest.update(spki)
+        return cert.fingerprint(hashes.SHA256()).hex(), _b64(digest.finalize())
+
+    def windows_command(self, token: str) -> str:
+        """One line of PowerShell (5.1 and 7): fetch the script with the server certificate pinned, run it."""
+        url = f"{self.endpoints().base_url}/api/v1/enroll/windows?token={quote(token)}"
+        cert_sha, _ = self.server_pins()
+        return (
+            "$ErrorActionPreference='Stop';"
+            "[Net.ServicePointManager]::SecurityProtocol=[Net.ServicePointManager]::SecurityProtocol -bor 3072;"
+            "if(-not('SensorPin' -as [type])){Add-Type -TypeDefinition 'public static class SensorPin{"
+            "public static string Fp=\"\";"
+            "public static bool Check(object s,System.Security.Cryptography.X509Certificates.X509Certificate c,"
+            "System.Security.Cryptography.X509Certificates.X509Chain ch,System.Net.Security.SslPolicyErrors e){"
+            "if(c==null)return false;"
+            "byte[] h=System.Security.Cryptography.SHA256.Create().ComputeHash(c.GetRawCertData());"
+            "return System.BitConverter.ToString(h).Replace(\"-\",\"\").ToLowerInvariant()==Fp;}"
+            "public static System.Net.Security.RemoteCertificateValidationCallback Callback{get{return Check;}}}'};"
+            f"[SensorPin]::Fp='{cert_sha}';"
+            f"$r=[Net.HttpWebRequest]::Create('{quote_powershell(url)}');"
+            "$r.ServerCertificateValidationCallback=[SensorPin]::Callback;"
+            "$s=(New-Object IO.StreamReader($r.GetResponse().GetResponseStream())).ReadToEnd();"
+            "& ([scriptblock]::Create($s))"
+        )
+
+    def unix_command(self, token: str) -> str:
+        """One line of POSIX sh for Linux and macOS: curl pinned to the server key, piped into `sudo sh`."""
+        _, spki = self.server_pins()
+        base = self.endpoints().base_url  # validated: no quote, $, backtick or backslash can be in it
+        return (
+            f"curl -fsS -k --pinnedpubkey 'sha256//{spki}' "
+            f"\"{base}/api/v1/enroll/$(uname -s | sed 's/Darwin/macos/;s/Linux/linux/')"
+            f"?token={quote(token)}\" | sudo sh"
+        )
+
+    # -- enrollment --------------------------------------------------------------------------
+    def enroll(self, raw_token: str | None, os_kind: str, source: str) -> EnrollmentScript:
+        """Redeem a token once and return the script for `os_kind`.
+
+        TokenRefused for a malformed, unknown, expired or used token; PayloadMissing (token kept)
+        when /static holds no agent for that system.
+        """
+        token = parse_token(raw_token)
+        if token is None:
+            raise TokenRefused("malformed")
+        template = self._templates[os_kind]
+        now = self._clock()
+        with self.store.redeem(token, now, source, os_kind) as prefix:
+            agents = [p for p in AGENT_BINARIES[os_kind] if self._artifacts.exists(p)]
+            if not agents:
+                raise PayloadMissing(f"the appliance holds no {os_kind} agent: push one with POST /api/v1/artifacts")
+            has_driver = os_kind == "windows" and all(self._artifacts.exists(p) for p in DRIVER_FILES)
+            issued = self._ca.issue_agent(f"sensor-agent-{prefix}", self._cert_days)
+            self.store.add_certificate(
+                fingerprint=issued.fingerprint, serial=issued.serial, common_name=issued.common_name,
+                token_prefix=prefix, os_kind=os_kind, issued_at=now, not_after=issued.not_after.timestamp(),
+                cert_pem=issued.cert_pem.decode("ascii"),
+            )
+            endpoints = self.endpoints()
+            cert_sha, spki = self.server_pins()
+            text = template.render({
+                "PRODUCT": self._product,
+                "BASE_URL": endpoints.base_url,
+                "TARGET_URL": endpoints.target_url,
+                "SERVER_NAME": SERVER_SAN_NAME,
+                "SERVER_SHA256": cert_sha,
+                "SERVER_SPKI_SHA256": spki,
+                "CA_PEM_B64": _b64(self._ca.ca_pem),
+                "CERT_PEM_B64": _b64(issued.cert_pem),
+                "KEY_PEM_B64": _b64(issued.key_pem),
+                "TOKEN_PREFIX": prefix,
+                "OS_KIND": os_kind,
+                "HAS_DRIVER": "true" if has_driver else "false",
+                "AGENT_PATHS": " ".join(agents),
+                "GENERATED_AT": iso(now),
+            })
+        log.info("enrolled os=%s token=%s cn=%s serial=%x fingerprint=%s source=%s driver=%s",
+                 os_kind, prefix, issued.common_name, issued.serial, issued.fingerprint, source, has_driver)
+        return EnrollmentScript(os_kind, text, issued.fingerprint, issued.serial, issued.common_name)
+
+    # -- revocation --------------------------------------------------------------------------
+    def revoke(self, agent_or_fingerprint: str, reason: str = "revoked by an administrator") -> tuple[int, int]:
+        matched, revoked = self.store.revoke(agent_or_fingerprint, self._clock(), reason)
+        if revoked:
+            log.warning("certificates revoked id=%s count=%d", agent_or_fingerprint, revoked)
+        return matched, revoked
+
+    def certificates(self) -> list[CertificateRecord]:
+        return self.store.certificates()
+
+
+class StreamGate:
+    """The gRPC stream authorizer: binds an enrolled certificate to the first machine id it presents.
+
+    Refuses (PermissionError) a revoked certificate, an enrolled certificate presenting a machine
+    id other than the one it is bound to, and an enrolled certificate that sends no machine id.
+    Binding applies to certificates issued by enrollment; a certificate the CA issued outside it
+    (`CertificateAuthority.issue_agent` from tooling or tests) is only checked for revocation,
+    because the existing contract lets such a shared certificate serve several machines.
+    """
+
+    def __init__(self, store: EnrollmentStore, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._clock = clock
+
+    def __call__(self, identity: AgentIdentity) -> None:
+        fingerprint = identity.cert_fingerprint
+        if not fingerprint:
+            return  # plain gRPC (grpc.tls false): no certificate to bind
+        record = self._store.certificate(fingerprint)
+        if record is None:
+            return
+        if record.revoked_at is not None:
+            raise PermissionError(f"certificate revoked ({record.revoke_reason})")
+        if not record.enrolled:
+            return
+        machine_id = identity.machine_id
+        if not machine_id:
+            raise PermissionError("an enrolled agent must send its machine id (x-machine-id)")
+        if record.machine_id is None:
+            record, superseded = self._store.bind(fingerprint, machine_id, identity.agent_id, self._clock())
+            if record.machine_id == machine_id:
+                log.info("certificate bound fingerprint=%s machine=%s agent=%s", fingerprint[:16], machine_id,
+                         identity.agent_id)
+            for old in superseded:
+                log.warning("certificate superseded by re-enrollment fingerprint=%s machine=%s", old[:16], machine_id)
+        if record.machine_id != machine_id:
+            raise PermissionError("certificate is bound to another machine")
+        if record.revoked_at is not None:
+            raise PermissionError(f"certificate revoked ({record.revoke_reason})")
+
+
+def default_endpoints(base_url: str, grpc_url: str, first_name: str, rest_port: int, grpc_port: int,
+                      rest_tls: bool) -> Endpoints:
+    """Endpoints from config, defaulting to https://<first server name>:<port> for each service."""
+    host = f"[{first_name}]" if ":" in first_name else first_name
+    base = base_url.rstrip("/") or f"{'https' if rest_tls else 'http'}://{host}:{rest_port}"
+    if grpc_url:
+        target = grpc_url.rstrip("/")
+    else:
+        base_host = urlsplit(base).hostname or first_name
+        base_host = f"[{base_host}]" if ":" in base_host else base_host
+        target = f"https://{base_host}:{grpc_port}"
+    return Endpoints(base, target)
