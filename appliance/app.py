@@ -24,8 +24,23 @@ from appliance.ingest.servicer import SensorServicer, StreamAuthorizer, create_s
 from appliance.metrics import MetricsCollector, MetricsHistory
 from appliance.model import FlowRecord
 from appliance.pipeline import AnalysisPipeline
+from appliance.detection import DetectionParts
+from appliance.detection.alerts import AlertChannel, AlertStore
+from appliance.detection.analysis_config import AnalysisConfigHolder, ConfigStore, load_analysis_config
+from appliance.detection.behaviour import BehaviourLayer
+from appliance.detection.correlation import Correlator
+from appliance.detection.database import DB_FILE as DETECTION_DB
+from appliance.detection.database import DetectionDatabase
+from appliance.detection.domains import RegisteredDomains
+from appliance.detection.dpi.dga import NameScorer
+from appliance.detection.dpi.layer import DpiLayer
+from appliance.detection.exclusions import ExclusionStore
+from appliance.detection.facts import FlowFacts
+from appliance.detection.resolutions import ResolverCache
+from appliance.detection.signatures.engine import SignatureEngine
+from appliance.detection.signatures.watcher import SignatureWatcher
 from appliance.pki import CertificateAuthority, default_server_names
-from appliance.rest import routes_core
+from appliance.rest import routes_core, routes_detection
 from appliance.rest import routes_enrollment
 from appliance.rest.api import Api
 from appliance.rest.openapi import build_openapi
@@ -77,6 +92,7 @@ class Appliance:
     ca: CertificateAuthority
     admin_token: str
     admin_token_created: bool
+    detection: DetectionParts | None = None
     grpc_port: int = 0
     rest_port: int = 0
     _grpc: grpc.Server | None = None
@@ -90,6 +106,8 @@ class Appliance:
         s = self.settings
         self.pipeline.start()
         self.history.start()
+        if self.detection is not None:
+            self.detection.watcher.start()
         servicer = SensorServicer(self.ingest, authorize=self.stream_gate)
         credentials = None
         if s.grpc.tls:
@@ -134,6 +152,9 @@ class Appliance:
             self._rest.stop()
         for closer in self.extras.get("closers", []):
             closer()
+        if self.detection is not None:
+            self.detection.watcher.stop()
+            self.detection.db.close()
 
 
 def build(settings: Settings) -> Appliance:
@@ -146,7 +167,30 @@ def build(settings: Settings) -> Appliance:
 
     limits = settings.limits
     timeouts = settings.analysis.flow_timeouts
-    pipeline = AnalysisPipeline(layers=[], correlator=None, queue_size=limits.analysis_queue)
+    # Detection: three independent layers run one after another on the analysis thread (threads
+    # under the GIL would only add switching), then exclusions, then correlation into alerts.
+    detection_db = DetectionDatabase(paths.state_dir / DETECTION_DB)
+    config_store = ConfigStore(detection_db)
+    analysis_config = AnalysisConfigHolder(load_analysis_config(config_store, settings.analysis.detectors), config_store)
+    domains = RegisteredDomains()
+    facts = FlowFacts()
+    resolver = ResolverCache()
+    dpi = DpiLayer(analysis_config, facts, resolver, domains, NameScorer.load())
+    signatures = SignatureEngine(paths.signatures_dir, analysis_config, facts, domains)
+    signatures.reload()
+    behaviour = BehaviourLayer(analysis_config)
+    alert_store = AlertStore(detection_db)
+    alert_channel = AlertChannel()
+    alert_channel.subscribe(alert_store.save)
+    correlator = Correlator(analysis_config, alert_store, alert_channel)
+    exclusions = ExclusionStore(detection_db)
+    detection = DetectionParts(
+        db=detection_db, config=analysis_config, resolver=resolver, dpi=dpi, signatures=signatures,
+        watcher=SignatureWatcher(paths.signatures_dir, signatures.reload), behaviour=behaviour,
+        correlator=correlator, channel=alert_channel, alerts=alert_store, exclusions=exclusions,
+    )
+    pipeline = AnalysisPipeline(layers=[dpi, signatures, behaviour], correlator=correlator,
+                                queue_size=limits.analysis_queue, detection_filter=exclusions.allows)
     finished = FinishedFlows(limits.finished_flows_kept)
 
     def on_expire(flow: FlowRecord) -> None:
@@ -161,7 +205,8 @@ def build(settings: Settings) -> Appliance:
     )
     agents = AgentRegistry()
     converter = PacketConverter(ConvertLimits(max_payload_bytes=limits.max_payload_bytes))
-    ingest = IngestService(converter, tracker, agents, on_dns_event=pipeline.observe_dns)
+    ingest = IngestService(converter, tracker, agents, on_dns_event=pipeline.observe_dns,
+                           on_dns_response=resolver.observe)
 
     collector = MetricsCollector({
         "packets_received": lambda: ingest.packets_received,
@@ -178,14 +223,16 @@ def build(settings: Settings) -> Appliance:
         "detections_generated": lambda: pipeline.detections_generated,
         "detections_suppressed": lambda: pipeline.detections_suppressed,
         "alerts_generated": lambda: pipeline.alerts_generated,
-        "active_alerts": lambda: 0,
-        "signature_rules": lambda: 0,
+        "active_alerts": lambda: alert_store.active,
+        "signature_rules": lambda: signatures.loaded,
+        "alerts_updated": lambda: correlator.alerts_updated,
         "agents_online": lambda: agents.online,
         "rejected_by_reason": lambda: ingest.rejected_by_reason,
         "repaired_by_reason": lambda: ingest.repaired_by_reason,
     })
     history = MetricsHistory(collector, settings.metrics.history_interval)
     api = Api(admin_token, settings.rest.max_body_bytes)
+    routes_detection.install(api, alerts=alert_store, exclusions=exclusions, signatures=signatures, config=analysis_config)
     routes_core.install(
         api, collector=collector, history=history, tracker=tracker, finished=finished, agents=agents,
         openapi=lambda: build_openapi(api.routes),
@@ -212,7 +259,7 @@ def build(settings: Settings) -> Appliance:
     )
     appliance = Appliance(
         settings=settings, ingest=ingest, tracker=tracker, pipeline=pipeline, agents=agents, api=api,
-        history=history, ca=ca, admin_token=admin_token, admin_token_created=created,
+        history=history, ca=ca, admin_token=admin_token, admin_token_created=created, detection=detection,
         stream_gate=StreamGate(enrollment_store),
     )
     appliance.extras["enrollment"] = enrollment

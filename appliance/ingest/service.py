@@ -37,12 +37,15 @@ class IngestService:
         tracker: FlowTracker,
         agents: AgentRegistry,
         on_dns_event: Callable[[str, DnsMessage], None] | None = None,
+        on_dns_response: Callable[[str, DnsMessage], None] | None = None,
         process_history: int = 1000,
     ) -> None:
         self.converter = converter
         self.tracker = tracker
         self.agents = agents
         self._on_dns_event = on_dns_event
+        # DNS answers seen in packets feed the resolver cache before their flow ends (TLS checks need them).
+        self._on_dns_response = on_dns_response
         self._lock = threading.Lock()
         self.packets_received = 0
         self.packets_rejected = 0
@@ -78,6 +81,10 @@ class IngestService:
             self.packets_rejected += rejected
         session.accepted += len(converted)
         session.rejected += rejected
+        if self._on_dns_response is not None:
+            for pkt in converted:
+                if pkt.dns is not None and pkt.dns.is_response:
+                    self._on_dns_response(session.identity.agent_id, pkt.dns)
         if converted:
             self.tracker.add_packets(session.identity.agent_id, converted)
         self.agents.record(session.agent, len(converted), rejected)

@@ -1,0 +1,35 @@
+"""The detection pipeline: DPI, signatures and behaviour layers, correlation, alerts, exclusions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from appliance.detection.alerts import AlertChannel, AlertStore
+    from appliance.detection.analysis_config import AnalysisConfigHolder
+    from appliance.detection.behaviour import BehaviourLayer
+    from appliance.detection.correlation import Correlator
+    from appliance.detection.database import DetectionDatabase
+    from appliance.detection.dpi.layer import DpiLayer
+    from appliance.detection.exclusions import ExclusionStore
+    from appliance.detection.resolutions import ResolverCache
+    from appliance.detection.signatures.engine import SignatureEngine
+    from appliance.detection.signatures.watcher import SignatureWatcher
+
+
+@dataclass
+class DetectionParts:
+    """Handles on the detection objects `app.build` wired (for the Appliance, tests and benchmarks)."""
+
+    db: DetectionDatabase
+    config: AnalysisConfigHolder
+    resolver: ResolverCache
+    dpi: DpiLayer
+    signatures: SignatureEngine
+    watcher: SignatureWatcher
+    behaviour: BehaviourLayer
+    correlator: Correlator
+    channel: AlertChannel
+    alerts: AlertStore
+    exclusions: ExclusionStore

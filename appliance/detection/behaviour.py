@@ -1,0 +1,184 @@
+"""Behavioural layer: per-agent baselines (Welford, EMA, z-score) and beaconing (after RITA).
+
+Baselines live in memory only and start over with the process. Beaconing looks at the start times
+of an agent's connections to one destination: it collapses bursts, folds missed beats back onto the
+period (an interval of about k times the median counts as k beats), then judges the coefficient of
+variation of the intervals, backed by robust sub-scores (MAD over median, Bowley skew) and data-size
+consistency, all shown as evidence.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from appliance.detection.analysis_config import AnalysisConfig, AnalysisConfigHolder
+from appliance.detection.detections import Throttle, make_detection, transport_name
+from appliance.model import Category, Detection, FlowRecord, Severity, Transport, ip_str
+
+_NS = 1_000_000_000
+_MAX_KEYS = 200_000
+
+
+@dataclass(slots=True)
+class Welford:
+    """Running mean and standard deviation, plus an exponential moving average."""
+
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+    ema: float = 0.0
+
+    def add(self, value: float, alpha: float) -> None:
+        self.n += 1
+        delta = value - self.mean
+        self.mean += delta / self.n
+        self.m2 += delta * (value - self.mean)
+        self.ema = value if self.n == 1 else alpha * value + (1 - alpha) * self.ema
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self.m2 / (self.n - 1)) if self.n > 1 else 0.0
+
+    def z(self, value: float) -> float:
+        return (value - self.mean) / max(self.std, 1e-9) if self.n > 1 else 0.0
+
+
+@dataclass(slots=True)
+class _Volume:
+    stats: Welford = field(default_factory=Welford)
+    bucket: int = -1
+    total: int = 0
+    by_remote: dict[int, int] = field(default_factory=dict)
+    flow_ids: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+
+
+def bowley_skew(values: list[float]) -> float:
+    q1, q2, q3 = statistics.quantiles(values, n=4)
+    spread = q3 - q1
+    return 0.0 if spread == 0 else (q3 + q1 - 2 * q2) / spread
+
+
+def beacon_scores(starts: list[int], sizes: list[int], min_interval_s: float) -> dict[str, float] | None:
+    """Sub-scores of one connection series (start times in ns); None when too few intervals."""
+    times = sorted(starts)
+    collapsed = [times[0]]
+    for t in times[1:]:
+        if (t - collapsed[-1]) / _NS >= min_interval_s:
+            collapsed.append(t)
+    intervals = [(b - a) / _NS for a, b in zip(collapsed, collapsed[1:])]
+    if len(intervals) < 3:
+        return None
+    median = statistics.median(intervals)
+    folded: list[float] = []
+    missed = 0
+    for value in intervals:
+        beats = round(value / median) if median > 0 else 1
+        if beats >= 2 and abs(value / beats - median) <= 0.25 * median:
+            folded.append(value / beats)
+            missed += beats - 1
+        else:
+            folded.append(value)
+    mean = statistics.fmean(folded)
+    cv = statistics.pstdev(folded) / mean if mean > 0 else 1.0
+    mad = statistics.median(abs(v - median) for v in folded)
+    size_mean = statistics.fmean(sizes) if sizes else 0.0
+    size_cv = statistics.pstdev(sizes) / size_mean if size_mean > 0 and len(sizes) > 1 else 0.0
+    return {
+        "connections": len(collapsed), "interval_median_s": round(median, 2), "interval_cv": round(cv, 3),
+        "mad_over_median": round(mad / median, 3) if median > 0 else 1.0,
+        "bowley_skew": round(bowley_skew(folded), 3) if len(folded) >= 4 else 0.0,
+        "missed_beats": missed, "size_cv": round(size_cv, 3),
+        "size_score": round(max(0.0, 1.0 - size_cv), 3),
+    }
+
+
+class BehaviourLayer:
+    """Volume anomaly per agent and beaconing per (agent, destination address, port)."""
+
+    name = "behaviour"
+
+    def __init__(self, config: AnalysisConfigHolder) -> None:
+        self._config = config
+        self._volume: dict[str, _Volume] = {}
+        self._series: dict[tuple[str, int, int], deque[tuple[int, int]]] = {}
+        self._throttle = Throttle()
+
+    def analyze(self, flow: FlowRecord) -> list[Detection]:
+        config = self._config.current
+        out = self._analyze_volume(flow, config)
+        if flow.transport is Transport.TCP or flow.transport is Transport.UDP:
+            out.extend(self._analyze_beaconing(flow, config))
+        return out
+
+    def _analyze_volume(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
+        c = config.volume
+        state = self._volume.get(flow.agent_id)
+        if state is None:
+            if len(self._volume) >= _MAX_KEYS:
+                self._volume.clear()
+            state = self._volume[flow.agent_id] = _Volume()
+        bucket = flow.last_ns // int(c.bucket_s * _NS)
+        if bucket > state.bucket:
+            if state.bucket >= 0:
+                state.stats.add(float(state.total), c.ema_alpha)
+                for _ in range(min(bucket - state.bucket - 1, 60)):  # quiet buckets are part of the baseline
+                    state.stats.add(0.0, c.ema_alpha)
+            state.bucket, state.total = bucket, 0
+            state.by_remote.clear()
+        elif bucket < state.bucket:
+            bucket = state.bucket  # a late flow counts in the open bucket
+        state.total += flow.bytes_out
+        state.by_remote[flow.remote_ip] = state.by_remote.get(flow.remote_ip, 0) + flow.bytes_out
+        state.flow_ids.append(flow.flow_id)
+        stats = state.stats
+        if stats.n < c.warmup_buckets or state.total < c.min_bytes:
+            return []
+        z = stats.z(float(state.total))
+        if z < c.z_threshold or not self._throttle.allow(("volume", flow.agent_id), flow.last_ns, config.detectors.report_interval_s):
+            return []
+        top_ip = max(state.by_remote, key=state.by_remote.__getitem__)
+        address = ip_str(top_ip)
+        confidence = 0.45 + 0.35 * min(1.0, (z - c.z_threshold) / (3 * c.z_threshold))
+        reason = f"{state.total} bytes out in {c.bucket_s:.0f} s, {z:.1f} standard deviations above this agent's baseline"
+        return [make_detection(
+            "behaviour.volume", Category.VOLUME_ANOMALY, confidence, Severity.MEDIUM, agent_id=flow.agent_id,
+            indicator=address, protocol=transport_name(flow), transport=transport_name(flow),
+            evidence={"bytes_out": state.total, "bucket_s": c.bucket_s, "baseline_mean": round(stats.mean),
+                      "baseline_std": round(stats.std), "ema": round(stats.ema), "z_score": round(z, 2),
+                      "baseline_buckets": stats.n, "top_destination_bytes": state.by_remote[top_ip], "reason": reason},
+            flow_ids=list(state.flow_ids), first_ns=bucket * int(c.bucket_s * _NS), last_ns=flow.last_ns, remote_ip=address)]
+
+    def _analyze_beaconing(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
+        c = config.beaconing
+        if flow.packets_out == 0 or flow.remote_port in c.ignore_ports or flow.local_port in c.ignore_ports:
+            return []
+        if flow.local_port < 1024 <= flow.remote_port:
+            return []  # the agent is the server side of this flow
+        key = (flow.agent_id, flow.remote_ip, flow.remote_port)
+        series = self._series.get(key)
+        if series is None:
+            if len(self._series) >= _MAX_KEYS:
+                self._series.clear()
+            series = self._series[key] = deque(maxlen=c.history)
+        series.append((flow.first_ns, flow.bytes_out))
+        if len(series) < c.min_connections:
+            return []
+        scores = beacon_scores([s for s, _ in series], [b for _, b in series], c.min_interval_s)
+        if scores is None or scores["connections"] < c.min_connections or scores["interval_cv"] > c.max_cv:
+            return []
+        if not self._throttle.allow(("beacon",) + tuple(map(str, key)), flow.last_ns, config.detectors.report_interval_s):
+            return []
+        cv = scores["interval_cv"]
+        confidence = (0.5 + 0.2 * (1 - cv / c.max_cv if c.max_cv else 1.0) + 0.15 * scores["size_score"]
+                      + 0.15 * min(1.0, (scores["connections"] - c.min_connections) / (2 * c.min_connections)))
+        address = flow.remote_addr
+        reason = (f"{int(scores['connections'])} connections to {address}:{flow.remote_port} every "
+                  f"{scores['interval_median_s']:.0f} s (interval CV {cv:.2f})")
+        return [make_detection(
+            "behaviour.beaconing", Category.BEACONING, confidence, Severity.MEDIUM, agent_id=flow.agent_id,
+            indicator=address, protocol=transport_name(flow), transport=transport_name(flow),
+            evidence={**scores, "remote_port": flow.remote_port, "reason": reason},
+            flow_ids=[flow.flow_id], first_ns=min(s for s, _ in series), last_ns=flow.last_ns, remote_ip=address)]

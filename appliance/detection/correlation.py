@@ -1,0 +1,136 @@
+"""Correlation: detections grouped per (agent, indicator) become few, trustworthy alerts.
+
+Within `window_s` of event time each detection contributes its confidence decayed with a
+`half_life_s` half-life; the group's probability is P = 1 - prod(1 - P_i), raised by
+`diversity_bonus` (relative, +10% of P) per distinct detector beyond the first, capped at
+`diversity_cap`, and clamped to 0.99. A group opens an alert only with at least `min_detections`
+detections and P >= `min_confidence`; a group whose (agent, indicator) already has an open alert
+updates that alert instead. P above `escalate_above` raises the severity one level.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any
+
+from appliance.detection.alerts import MAX_DETECTIONS_KEPT, Alert, AlertChannel, AlertStore
+from appliance.detection.analysis_config import AnalysisConfigHolder, CorrelationConfig
+from appliance.model import Category, Detection, Severity
+
+log = logging.getLogger(__name__)
+
+_NS = 1_000_000_000
+_MAX_GROUPS = 100_000
+# Behavioural categories say how traffic behaves; a protocol finding in the same group says what it is.
+_GENERIC = frozenset({Category.BEACONING, Category.VOLUME_ANOMALY})
+
+
+def combine(contributions: list[tuple[Detection, float]], config: CorrelationConfig) -> float:
+    """Combined probability of decayed contributions (detection, decayed confidence)."""
+    remaining = 1.0
+    for _, p in contributions:
+        remaining *= 1.0 - min(max(p, 0.0), 1.0)
+    probability = 1.0 - remaining
+    detectors = {d.detector for d, _ in contributions}
+    bonus = min(config.diversity_bonus * (len(detectors) - 1), config.diversity_cap)
+    return min(probability * (1.0 + bonus), 0.99)
+
+
+def detection_view(d: Detection) -> dict[str, Any]:
+    return {"id": d.id, "detector": d.detector, "category": d.category.value, "confidence": d.confidence,
+            "severity": d.severity.label, "evidence": d.evidence, "flow_ids": d.flow_ids[:20],
+            "first_ns": d.first_ns, "last_ns": d.last_ns}
+
+
+class Correlator:
+    """Keeps the open groups in memory; alerts go out through the channel (the store persists them)."""
+
+    def __init__(self, config: AnalysisConfigHolder, store: AlertStore, channel: AlertChannel) -> None:
+        self._config = config
+        self._store = store
+        self._channel = channel
+        self._groups: dict[tuple[str, str], deque[Detection]] = {}
+        self.alerts_updated = 0
+
+    def correlate(self, detections: list[Detection]) -> int:
+        config = self._config.current.correlation
+        touched: dict[tuple[str, str], list[Detection]] = {}
+        for d in detections:
+            key = (d.agent_id, d.indicator)
+            group = self._groups.get(key)
+            if group is None:
+                if len(self._groups) >= _MAX_GROUPS:
+                    self._prune(d.last_ns, config)
+                group = self._groups[key] = deque(maxlen=1000)
+            group.append(d)
+            touched.setdefault(key, []).append(d)
+        opened = 0
+        for key, new in touched.items():
+            opened += self._judge(key, new, config)
+        return opened
+
+    def _prune(self, now_ns: int, config: CorrelationConfig) -> None:
+        horizon = now_ns - int(config.window_s * _NS)
+        for key in [k for k, g in self._groups.items() if not g or g[-1].last_ns < horizon]:
+            del self._groups[key]
+        if len(self._groups) >= _MAX_GROUPS:
+            self._groups.clear()
+
+    def _judge(self, key: tuple[str, str], new: list[Detection], config: CorrelationConfig) -> int:
+        group = self._groups[key]
+        now_ns = max(d.last_ns for d in group)
+        window_ns = int(config.window_s * _NS)
+        while group and group[0].last_ns < now_ns - window_ns:
+            group.popleft()
+        contributions = [(d, d.confidence * 0.5 ** (max(now_ns - d.last_ns, 0) / (config.half_life_s * _NS))) for d in group]
+        probability = combine(contributions, config)
+        existing = self._store.find_open(*key)
+        if existing is None and (len(contributions) < config.min_detections or probability < config.min_confidence):
+            return 0
+        category = self._category(contributions)
+        severity = max(d.severity for d, _ in contributions)
+        if probability > config.escalate_above and severity < Severity.CRITICAL:
+            severity = Severity(severity + 1)
+        lead = max((c for c in contributions if c[0].category is category), key=lambda c: c[1])[0]
+        detectors = sorted({d.detector for d, _ in contributions})
+        if existing is None:
+            alert = Alert(
+                id=Alert.new_id(), agent_id=key[0], indicator=key[1], category=category.value, severity=int(severity),
+                confidence=round(probability, 3), summary="", first_ns=min(d.first_ns for d, _ in contributions),
+                last_ns=now_ns, detections=[detection_view(d) for d, _ in contributions],
+                detection_count=len(contributions))
+            event = "opened"
+        else:
+            alert = existing
+            seen = {d["id"] for d in alert.detections}
+            alert.detections.extend(detection_view(d) for d in new if d.id not in seen)
+            alert.detections = alert.detections[-MAX_DETECTIONS_KEPT:]
+            alert.detection_count += len(new)
+            alert.confidence = round(max(alert.confidence, probability), 3)
+            if probability >= alert.confidence or category.value == alert.category:
+                alert.category = category.value
+            alert.severity = max(alert.severity, int(severity))
+            alert.last_ns = max(alert.last_ns, now_ns)
+            alert.first_ns = min(alert.first_ns, min(d.first_ns for d in new))
+            alert.updated_at = time.time()
+            event = "updated"
+            self.alerts_updated += 1
+        reason = lead.evidence.get("reason", lead.detector)
+        alert.summary = (f"{alert.category} on agent {key[0]} toward {key[1]}: {reason} "
+                         f"({alert.detection_count} detections from {', '.join(detectors)})")
+        self._channel.publish(event, alert)
+        if event == "opened":
+            log.info("alert opened id=%s agent=%s indicator=%s category=%s confidence=%.2f",
+                     alert.id, key[0], key[1], alert.category, alert.confidence)
+        return 1 if event == "opened" else 0
+
+    @staticmethod
+    def _category(contributions: list[tuple[Detection, float]]) -> Category:
+        weights: dict[Category, float] = {}
+        for d, p in contributions:
+            weights[d.category] = weights.get(d.category, 0.0) + p
+        specific = {c: w for c, w in weights.items() if c not in _GENERIC}
+        pool = specific or weights
+        return max(pool, key=pool.__getitem__)

@@ -1,0 +1,87 @@
+"""ResolverCache: which addresses each agent resolved, from DNS responses in packets and resolver events.
+
+Fed from the ingest threads (DNS responses as packets arrive, before their flow has ended) and
+from StreamDnsEvents, read by the TLS detector on the analysis thread. Bounded per agent.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import threading
+from dataclasses import dataclass
+
+from appliance.model import DnsMessage
+
+_A = 1
+_AAAA = 28
+_CNAME = 5
+
+
+@dataclass(slots=True)
+class Resolution:
+    name: str  # the question name that produced the address
+    names: tuple[str, ...]  # question and CNAME chain names
+    seen_ns: int
+    ttl_s: int
+
+
+class ResolverCache:
+    """Per agent: address -> latest resolution, and name -> latest resolution time."""
+
+    def __init__(self, max_per_agent: int = 50_000) -> None:
+        self._by_ip: dict[str, dict[str, Resolution]] = {}
+        self._by_name: dict[str, dict[str, int]] = {}
+        self._max = max_per_agent
+        self._lock = threading.Lock()
+        self.responses_seen = 0
+
+    def observe(self, agent_id: str, message: DnsMessage) -> None:
+        if not message.is_response or not message.answers or not message.qname:
+            return
+        names = [message.qname]
+        addresses: list[tuple[str, int]] = []
+        for answer in message.answers:
+            if answer.rtype == _CNAME and answer.data not in names:
+                names.append(answer.data)
+            elif answer.rtype in (_A, _AAAA):
+                addresses.append((answer.data, answer.ttl))
+        if not addresses:
+            return
+        ts = message.timestamp_ns
+        chain = tuple(names)
+        with self._lock:
+            self.responses_seen += 1
+            by_ip = self._by_ip.setdefault(agent_id, {})
+            by_name = self._by_name.setdefault(agent_id, {})
+            for address, ttl in addresses:
+                by_ip.pop(address, None)  # re-insert to keep insertion order = recency
+                by_ip[address] = Resolution(message.qname, chain, ts, ttl)
+            for name in chain:
+                by_name.pop(name, None)
+                by_name[name] = ts
+            while len(by_ip) > self._max:
+                del by_ip[next(iter(by_ip))]
+            while len(by_name) > self._max:
+                del by_name[next(iter(by_name))]
+
+    def lookup(self, agent_id: str, address: str, at_ns: int, window_s: float, slack_s: float = 2.0) -> Resolution | None:
+        """The resolution of `address` by this agent valid at `at_ns` (seen before it, within window or TTL)."""
+        hit = self._by_ip.get(agent_id, {}).get(address)
+        if hit is None:
+            return None
+        age_s = (at_ns - hit.seen_ns) / 1e9
+        if age_s < -slack_s or age_s > max(window_s, hit.ttl_s):
+            return None
+        return hit
+
+    def name_resolved(self, agent_id: str, name: str, at_ns: int, window_s: float, slack_s: float = 2.0) -> bool:
+        seen = self._by_name.get(agent_id, {}).get(name)
+        return seen is not None and -slack_s <= (at_ns - seen) / 1e9 <= window_s
+
+
+def is_private(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_multicast

@@ -1,0 +1,1 @@
+"""YAML signature rules: model and validation, operators, fields, engine, hot-reload watcher."""

@@ -1,0 +1,138 @@
+"""The 12 condition operators, as a plain registry: name -> (value check, compile)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Test = Callable[[Any], bool]
+
+
+class OperatorValueError(ValueError):
+    """The value given to an operator has the wrong type or form."""
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _scalar(v: Any) -> bool:
+    return isinstance(v, (str, int, float)) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True)
+class Operator:
+    name: str
+    kinds: frozenset[str]  # field kinds it applies to: str, int, ip
+    summary: str
+    build: Callable[[Any, str], Test]  # (value, field kind) -> test on the field's value
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise OperatorValueError(message)
+
+
+def _norm(value: Any, kind: str) -> Any:
+    if kind == "str":
+        _need(isinstance(value, str), f"must be a string (got {type(value).__name__})")
+        return value.lower()
+    if kind == "int":
+        _need(_is_number(value), f"must be a number (got {type(value).__name__})")
+        return value
+    _need(isinstance(value, str), f"must be an IP address string (got {type(value).__name__})")
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise OperatorValueError(f"{value!r} is not an IP address") from None
+
+
+def _equals(value: Any, kind: str) -> Test:
+    want = _norm(value, kind)
+    return lambda got: got == want
+
+
+def _not_equals(value: Any, kind: str) -> Test:
+    want = _norm(value, kind)
+    return lambda got: got != want
+
+
+def _in(value: Any, kind: str) -> Test:
+    _need(isinstance(value, list) and value != [], "must be a non-empty list")
+    wanted = frozenset(_norm(v, kind) for v in value)
+    return lambda got: got in wanted
+
+
+def _not_in(value: Any, kind: str) -> Test:
+    test = _in(value, kind)
+    return lambda got: not test(got)
+
+
+def _text(value: Any) -> str:
+    _need(isinstance(value, str) and value != "", "must be a non-empty string")
+    return str(value).lower()
+
+
+def _contains(value: Any, kind: str) -> Test:
+    want = _text(value)
+    return lambda got: want in got
+
+
+def _startswith(value: Any, kind: str) -> Test:
+    want = _text(value)
+    return lambda got: got.startswith(want)
+
+
+def _endswith(value: Any, kind: str) -> Test:
+    want = _text(value)
+    return lambda got: got.endswith(want)
+
+
+def _regex(value: Any, kind: str) -> Test:
+    _need(isinstance(value, str) and value != "", "must be a non-empty regular expression string")
+    try:
+        pattern = re.compile(value, re.IGNORECASE)
+    except re.error as err:
+        raise OperatorValueError(f"bad regular expression: {err}") from None
+    return lambda got: pattern.search(got) is not None
+
+
+def _cidr(value: Any, kind: str) -> Test:
+    _need(isinstance(value, str), "must be a CIDR string such as 10.0.0.0/8")
+    try:
+        net = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise OperatorValueError(f"{value!r} is not a CIDR") from None
+    return lambda got: ipaddress.ip_address(got) in net
+
+
+def _cmp(op: Callable[[float, float], bool]) -> Callable[[Any, str], Test]:
+    def build(value: Any, kind: str) -> Test:
+        _need(_is_number(value), f"must be a number (got {type(value).__name__})")
+        return lambda got: op(got, value)
+    return build
+
+
+def _exists(value: Any, kind: str) -> Test:
+    _need(isinstance(value, bool), "must be true or false")
+    return (lambda got: got not in ("", None)) if value else (lambda got: got in ("", None))
+
+
+_ALL = frozenset({"str", "int", "ip"})
+OPERATORS: dict[str, Operator] = {op.name: op for op in (
+    Operator("equals", _ALL, "the field equals the value (strings compare case-insensitively)", _equals),
+    Operator("not_equals", _ALL, "the field differs from the value", _not_equals),
+    Operator("in", _ALL, "the field equals one of the listed values", _in),
+    Operator("not_in", _ALL, "the field equals none of the listed values", _not_in),
+    Operator("contains", frozenset({"str"}), "the field contains the substring", _contains),
+    Operator("startswith", frozenset({"str"}), "the field starts with the value", _startswith),
+    Operator("endswith", frozenset({"str"}), "the field ends with the value", _endswith),
+    Operator("regex", frozenset({"str"}), "the regular expression (Python syntax, case-insensitive) matches somewhere", _regex),
+    Operator("cidr", frozenset({"ip"}), "the address lies in the network", _cidr),
+    Operator("gt", frozenset({"int"}), "the field is greater than the number", _cmp(lambda a, b: a > b)),
+    Operator("lt", frozenset({"int"}), "the field is less than the number", _cmp(lambda a, b: a < b)),
+    Operator("exists", _ALL, "true: the field has a value; false: it is empty or absent", _exists),
+)}
