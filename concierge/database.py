@@ -88,7 +88,11 @@ class SqliteDatabase:
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[Tx]:
+        """A transaction; nested calls on the same thread join the outer one."""
         conn = self._conn()
+        if conn.in_transaction:
+            yield _SqliteTx(conn)
+            return
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
             yield _SqliteTx(conn)
@@ -144,6 +148,7 @@ class PostgresDatabase:
         from psycopg.rows import dict_row
 
         self.url = url
+        self._local = threading.local()
         self._pool: queue.LifoQueue[Any] = queue.LifoQueue()
         self._conns = [psycopg.connect(url, row_factory=dict_row, autocommit=False) for _ in range(size)]
         for conn in self._conns:
@@ -151,11 +156,18 @@ class PostgresDatabase:
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[Tx]:
+        """A transaction; nested calls on the same thread join the outer one."""
+        current = getattr(self._local, "conn", None)
+        if current is not None:
+            yield _PgTx(current)
+            return
         conn = self._pool.get()
+        self._local.conn = conn
         try:
             with conn.transaction():
                 yield _PgTx(conn)
         finally:
+            self._local.conn = None
             if conn.closed:
                 import psycopg
                 from psycopg.rows import dict_row

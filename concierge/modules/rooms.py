@@ -63,10 +63,10 @@ def routes(store: RecordStore) -> list:
 
     S, P = Access.STAFF, RoomParams
     return [
-        (Endpoint("GET", "/rooms", "Rooms (filter by housekeeping state)", S, query=RoomsQuery, response=RoomList), lambda c: RoomList(items=[RoomOut(**r) for r in store.list(org(c), {"housekeeping": c.query.housekeeping}, order="number")])),
-        (Endpoint("GET", "/rooms/<room_id>", "One room", S, params=P, response=RoomOut), lambda c: RoomOut(**store.get(org(c), c.params.room_id))),
-        (Endpoint("POST", "/rooms", "Add a room", S, body=RoomIn, response=RoomOut, status=201), lambda c: save(c, c.body.model_dump())),
-        (Endpoint("PUT", "/rooms/<room_id>", "Replace a room", S, params=P, body=RoomIn, response=RoomOut), lambda c: save(c, c.body.model_dump(), c.params.room_id)),
-        (Endpoint("PATCH", "/rooms/<room_id>", "Change a room (e.g. housekeeping state)", S, params=P, body=RoomPatch, response=RoomOut), lambda c: save(c, c.body.model_dump(exclude_unset=True, exclude_none=True), c.params.room_id)),
-        (Endpoint("DELETE", "/rooms/<room_id>", "Remove a room", S, params=P, status=204), lambda c: store.delete(org(c), c.params.room_id)),
+        (Endpoint("GET", "", "Rooms (filter by housekeeping state)", S, query=RoomsQuery, response=RoomList), lambda c: RoomList(items=[RoomOut(**r) for r in store.list(org(c), {"housekeeping": c.query.housekeeping}, order="number")])),
+        (Endpoint("GET", "/<room_id>", "One room", S, params=P, response=RoomOut), lambda c: RoomOut(**store.get(org(c), c.params.room_id))),
+        (Endpoint("POST", "", "Add a room", S, body=RoomIn, response=RoomOut, status=201), lambda c: save(c, c.body.model_dump())),
+        (Endpoint("PUT", "/<room_id>", "Replace a room", S, params=P, body=RoomIn, response=RoomOut), lambda c: save(c, c.body.model_dump(), c.params.room_id)),
+        (Endpoint("PATCH", "/<room_id>", "Change a room (e.g. housekeeping state)", S, params=P, body=RoomPatch, response=RoomOut), lambda c: save(c, c.body.model_dump(exclude_unset=True, exclude_none=True), c.params.room_id)),
+        (Endpoint("DELETE", "/<room_id>", "Remove a room", S, params=P, status=204), lambda c: store.delete(org(c), c.params.room_id)),
     ]

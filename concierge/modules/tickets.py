@@ -120,11 +120,11 @@ def routes(service: TicketService) -> list:
 
     S, P = Access.STAFF, TicketParams
     return [
-        (Endpoint("GET", "/tickets", "Tickets (filter by status, category, assignee)", S, query=TicketsQuery, response=TicketList), lambda c: TicketList(items=[TicketOut(**r) for r in store.list(org(c), c.query.model_dump())])),
-        (Endpoint("GET", "/tickets/<ticket_id>", "One ticket", S, params=P, response=TicketOut), lambda c: TicketOut(**store.get(org(c), c.params.ticket_id))),
-        (Endpoint("POST", "/tickets", "Open a ticket", S, body=TicketIn, response=TicketOut, status=201), lambda c: TicketOut(**service.create(c.auth, c.body))),
-        (Endpoint("PUT", "/tickets/<ticket_id>", "Replace a ticket's details", S, params=P, body=TicketIn, response=TicketOut), lambda c: TicketOut(**service.update(org(c), c.params.ticket_id, c.body.model_dump()))),
-        (Endpoint("PATCH", "/tickets/<ticket_id>", "Change some details (assignee, priority...)", S, params=P, body=TicketPatch, response=TicketOut), lambda c: TicketOut(**service.update(org(c), c.params.ticket_id, c.body.model_dump(exclude_unset=True, exclude_none=True)))),
-        (Endpoint("DELETE", "/tickets/<ticket_id>", "Delete a ticket", S, params=P, status=204), lambda c: store.delete(org(c), c.params.ticket_id)),
-        (Endpoint("POST", "/tickets/update-status", "Move a ticket through its state machine", S, body=TicketStatusIn, response=TicketOut), lambda c: TicketOut(**service.move(c.auth, c.body.ticket_id, c.body.status))),
+        (Endpoint("GET", "", "Tickets (filter by status, category, assignee)", S, query=TicketsQuery, response=TicketList), lambda c: TicketList(items=[TicketOut(**r) for r in store.list(org(c), c.query.model_dump())])),
+        (Endpoint("GET", "/<ticket_id>", "One ticket", S, params=P, response=TicketOut), lambda c: TicketOut(**store.get(org(c), c.params.ticket_id))),
+        (Endpoint("POST", "", "Open a ticket", S, body=TicketIn, response=TicketOut, status=201), lambda c: TicketOut(**service.create(c.auth, c.body))),
+        (Endpoint("PUT", "/<ticket_id>", "Replace a ticket's details", S, params=P, body=TicketIn, response=TicketOut), lambda c: TicketOut(**service.update(org(c), c.params.ticket_id, c.body.model_dump()))),
+        (Endpoint("PATCH", "/<ticket_id>", "Change some details (assignee, priority...)", S, params=P, body=TicketPatch, response=TicketOut), lambda c: TicketOut(**service.update(org(c), c.params.ticket_id, c.body.model_dump(exclude_unset=True, exclude_none=True)))),
+        (Endpoint("DELETE", "/<ticket_id>", "Delete a ticket", S, params=P, status=204), lambda c: store.delete(org(c), c.params.ticket_id)),
+        (Endpoint("POST", "/update-status", "Move a ticket through its state machine", S, body=TicketStatusIn, response=TicketOut), lambda c: TicketOut(**service.move(c.auth, c.body.ticket_id, c.body.status))),
     ]
