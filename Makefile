@@ -53,10 +53,11 @@ $(AGENTS_GEN): proto/sensor.proto $(STAMP)
 
 agents-gen: $(AGENTS_GEN)
 
-# The one-file Linux agent, served by the appliance from its static dir as agents/sensor-agent-<os>-<arch>.
-AGENT_BIN := var/static/agents/sensor-agent-linux-$(shell uname -m)
+# The one-file Linux agent, where /static serves it and enrollment looks for it: agents/<os>-<arch>/sensor-agent.
+AGENT_ARCH := $(subst x86_64,amd64,$(subst aarch64,arm64,$(shell uname -m)))
+AGENT_BIN := var/static/agents/linux-$(AGENT_ARCH)/sensor-agent
 agents: $(AGENTS_GEN)
-	@mkdir -p var/static/agents build/pyinstaller
+	@mkdir -p $(dir $(AGENT_BIN)) build/pyinstaller
 	$(PY) -m PyInstaller --noconfirm --log-level WARN --distpath build/pyinstaller/dist \
 	  --workpath build/pyinstaller/work packaging/pyinstaller/sensor-agent-linux.spec
 	install -m 0755 build/pyinstaller/dist/sensor-agent $(AGENT_BIN)

@@ -1,8 +1,9 @@
 """Process attribution on Linux: which process owns the local socket of a packet.
 
 /proc/net/{tcp,udp} map local ports to socket inodes and /proc/<pid>/fd maps inodes to processes.
-Both are read together, at most once per `refresh_interval` and only when a packet's port is not in
-the cache, on the sender thread (never on the capture thread).
+Both are read together on the sender thread (never on the capture thread), when a batch holds a
+port that is neither known nor recently looked up in vain; at most every `min_interval` seconds.
+A socket opened and closed within one flush interval can be missed: its packets carry pid 0.
 """
 
 from __future__ import annotations
@@ -23,26 +24,46 @@ _TABLES = {6: ("tcp",), 17: ("udp",)}
 class SocketOwners:
     """(protocol, local port) -> (pid, process name), cached and refreshed on misses."""
 
-    def __init__(self, proc: Path = Path("/proc"), refresh_interval: float = 2.0) -> None:
+    def __init__(self, proc: Path = Path("/proc"), min_interval: float = 0.1, miss_ttl: float = 2.0) -> None:
         self._proc = proc
-        self._interval = refresh_interval
+        self._min_interval = min_interval
+        self._miss_ttl = miss_ttl
         self._owners: dict[tuple[int, int], tuple[int, str]] = {}
+        self._misses: dict[tuple[int, int], float] = {}
         self._refreshed = float("-inf")
 
     def enrich(self, packets: Sequence[CapturedPacket]) -> None:
         """Fill pid and process_name of TCP/UDP packets whose local socket is known."""
-        owners = self._owners
+        unknown = []
         for packet in packets:
             proto = packet.protocol
             if proto != 6 and proto != 17:
                 continue
-            found = owners.get((proto, packet.local_port))
-            if found is None and time.monotonic() - self._refreshed >= self._interval:
-                self.refresh()
-                owners = self._owners
-                found = owners.get((proto, packet.local_port))
+            found = self._owners.get((proto, packet.local_port))
             if found is not None:
                 packet.pid, packet.process_name = found
+            else:
+                unknown.append(packet)
+        if not unknown:
+            return
+        now = time.monotonic()
+        fresh = [p for p in unknown if self._misses.get((p.protocol, p.local_port), 0.0) < now]
+        if not fresh:
+            return
+        wait = self._refreshed + self._min_interval - now
+        if wait > 0:
+            time.sleep(wait)  # bounded by min_interval; the sender thread may wait, capture never does
+        self.refresh()
+        expiry = time.monotonic() + self._miss_ttl
+        for packet in fresh:
+            key = (packet.protocol, packet.local_port)
+            found = self._owners.get(key)
+            if found is not None:
+                packet.pid, packet.process_name = found
+            else:
+                self._misses[key] = expiry
+        if len(self._misses) > 65536:
+            self._misses = {k: v for k, v in self._misses.items() if v >= now}
 
     def refresh(self) -> None:
         self._refreshed = time.monotonic()

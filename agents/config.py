@@ -14,13 +14,16 @@ import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from agents.errors import ConfigError
 
+# Where the enrollment scripts (installer/) write the configuration. On Windows enrollment writes
+# the registry instead (HKLM\SOFTWARE\<product>, see agents/windows_service.py); a file still wins.
 DEFAULT_CONFIG_PATHS = {
-    "linux": Path("/etc/sensor-agent/agent.conf"),
-    "darwin": Path("/Library/Application Support/SensorAgent/agent.conf"),
-    "win32": Path(r"C:\ProgramData\SensorAgent\agent.conf"),
+    "linux": Path("/etc/sensor-agent/agent.yaml"),
+    "darwin": Path("/etc/sensor-agent/agent.yaml"),
+    "win32": Path(r"C:\ProgramData\SensorAgent\agent.yaml"),
 }
 
 
@@ -29,6 +32,8 @@ class AgentConfig:
     """Everything the agent needs to run; see docs/agents.md for each key."""
 
     target: str = ""                       # appliance gRPC address, host:port
+    target_url: str = ""                   # the same as enrollment writes it: https://host:port (http: plaintext)
+    product: str = ""                      # product name written by enrollment (logged only)
     ca_cert: str = ""                      # CA that signed the appliance's server certificate
     cert: str = ""                         # this agent's client certificate (PEM)
     key: str = ""                          # its private key (PEM)
@@ -48,6 +53,18 @@ class AgentConfig:
 
     def validate(self, source: str) -> AgentConfig:
         problems = []
+        if self.target_url and not self.target:
+            parts = urlsplit(self.target_url)
+            try:
+                port = parts.port
+            except ValueError:
+                port = None
+            if parts.scheme not in ("https", "http") or not parts.hostname or not port:
+                problems.append(f"{source}: target_url: must be https://host:port (got {self.target_url!r})")
+            else:
+                host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+                insecure = self.insecure or parts.scheme == "http"
+                return replace(self, target=f"{host}:{port}", insecure=insecure).validate(source)
         if self.snaplen < 64 or self.snaplen > 262144:
             problems.append(f"{source}: snaplen: must be 64..262144 (got {self.snaplen})")
         if self.batch_size < 1 or self.batch_size > 10_000:

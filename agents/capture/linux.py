@@ -51,9 +51,15 @@ def attach_filter(sock: socket.socket, program: bytes) -> None:
 
 
 def packet_socket(ifname: str, program: bytes) -> socket.socket:
-    """A non-blocking AF_PACKET socket, filtered before it is bound so no unfiltered frame slips in."""
+    """A non-blocking AF_PACKET socket that never hands up an unfiltered frame.
+
+    For one interface the socket is opened with protocol 0 (receives nothing), filtered, then bound.
+    For every interface ("") it must be opened with ETH_P_ALL (Python cannot bind to ifindex 0),
+    so frames queued before the filter was attached are drained and thrown away.
+    """
+    protocol = 0 if ifname else socket.htons(ETH_P_ALL)
     try:
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, 0)
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, protocol)
     except PermissionError:
         raise CaptureError("AF_PACKET capture needs CAP_NET_RAW (run as root or grant the capability)") from None
     try:
@@ -62,11 +68,18 @@ def packet_socket(ifname: str, program: bytes) -> socket.socket:
             sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, _RCVBUF)
         except OSError:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
-        sock.bind((ifname, ETH_P_ALL))
+        if ifname:
+            sock.bind((ifname, ETH_P_ALL))
     except OSError as err:
         sock.close()
         raise CaptureError(f"cannot capture on interface {ifname or 'any'!r}: {err.strerror}") from None
     sock.setblocking(False)
+    if not ifname:
+        try:
+            while True:
+                sock.recv(1)
+        except BlockingIOError:
+            pass
     return sock
 
 

@@ -44,3 +44,16 @@ def test_semantic_checks_name_the_value() -> None:
         load_config(None, {"target": "nowhere"})
     with pytest.raises(ConfigError, match="snaplen: must be 64..262144"):
         load_config(None, {"snaplen": 10})
+
+
+def test_the_file_enrollment_writes_is_understood(tmp_path: Path) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text("# Written by the enrollment script; a re-enrollment rewrites it.\nproduct: SensorAgent\n"
+                    "target_url: https://sensor.example:50051\nserver_name: sensor-appliance\n"
+                    "machine_id: 0123abcd\nca_cert: /etc/sensor-agent/certs/ca.pem\n"
+                    "cert: /etc/sensor-agent/certs/agent.pem\nkey: /etc/sensor-agent/certs/agent.key\n")
+    config = load_config(path, {})
+    assert (config.target, config.insecure, config.server_name) == ("sensor.example:50051", False, "sensor-appliance")
+    assert config.machine_id == "0123abcd"
+    with pytest.raises(ConfigError, match="target_url: must be https://host:port"):
+        load_config(None, {"target_url": "ftp://x"})
