@@ -35,12 +35,16 @@ class Subscription:
 
     def __init__(self, channel: str, on_close: Callable[[Subscription], None]) -> None:
         self.channel = channel
-        self._queue: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Event | None] = queue.SimpleQueue()
         self._on_close = on_close
         self.closed = False
 
     def deliver(self, event: Event) -> None:
         self._queue.put(event)
+
+    def wake(self) -> None:
+        """Make a blocked `get` return None now (shutdown)."""
+        self._queue.put(None)
 
     def get(self, timeout: float) -> Event | None:
         try:

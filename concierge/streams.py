@@ -12,7 +12,7 @@ import threading
 from typing import Any, Iterator
 
 from concierge.errors import ServiceUnavailable
-from concierge.pubsub import PubSub
+from concierge.pubsub import PubSub, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,7 @@ class StreamHub:
         self._per_user: dict[str, int] = {}
         self._total = 0
         self._closing = threading.Event()
+        self._subs: set[Subscription] = set()
 
     @property
     def open_streams(self) -> int:
@@ -67,6 +68,8 @@ class StreamHub:
         write to a dead client fails and the server closes the generator.
         """
         sub = self.pubsub.subscribe(channel)  # before replay, so nothing falls between the two
+        with self._lock:
+            self._subs.add(sub)
         try:
             yield format_event("ready", json.dumps({"connected": True}))
             sent = 0
@@ -76,6 +79,8 @@ class StreamHub:
                     sent = item.id
             while not self._closing.is_set():
                 item = sub.get(timeout=self.heartbeat)
+                if self._closing.is_set():
+                    return
                 if item is None:
                     yield b": heartbeat\n\n"  # also how a vanished client is noticed: the write fails
                     continue
@@ -84,6 +89,8 @@ class StreamHub:
                 sent = item.id
                 yield format_event(event, item.data, item.id)
         finally:
+            with self._lock:
+                self._subs.discard(sub)
             sub.close()
             self.release(user_id)
             log.info("sse stream closed user=%s channel=%s", user_id, channel)
@@ -91,6 +98,10 @@ class StreamHub:
     def close(self) -> None:
         """Ends every stream at its next wake-up (server shutdown)."""
         self._closing.set()
+        with self._lock:
+            subs = list(self._subs)
+        for sub in subs:
+            sub.wake()
 
 
 def parse_last_event_id(raw: str | None) -> int | None:

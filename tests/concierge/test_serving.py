@@ -1,0 +1,195 @@
+"""Serving: real nginx in front (SSE through it), two instances sharing Redis, 200 open streams, caps, dead clients."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.concierge.conftest import Client, Hotel, SseClient, free_port, make_hotel, wait_port
+
+SITE = Path(__file__).resolve().parents[2] / "packaging" / "nginx" / "concierge.conf"
+
+
+@pytest.fixture
+def nginx_in_front(tmp_path: Path, make_concierge):
+    """Real nginx from Debian with our site file, pointed at a concierge on port 0."""
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not os.path.exists(binary):
+        pytest.fail("nginx is not installed (concierge/concierge.mk adds it to APT_PACKAGES; run make sysdeps)")
+    concierge, base = make_concierge(trust_proxy=True)
+    upstream_port = int(base.rsplit(":", 1)[1])
+    port = free_port()
+    site = SITE.read_text().replace("127.0.0.1:8080", f"127.0.0.1:{upstream_port}").replace("listen 80;", f"listen 127.0.0.1:{port};")
+    (tmp_path / "site.conf").write_text(site)
+    (tmp_path / "nginx.conf").write_text(
+        f"""user root;
+worker_processes 1;
+pid {tmp_path}/nginx.pid;
+error_log {tmp_path}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp_path}/body;
+    proxy_temp_path {tmp_path}/proxy;
+    fastcgi_temp_path {tmp_path}/fastcgi;
+    uwsgi_temp_path {tmp_path}/uwsgi;
+    scgi_temp_path {tmp_path}/scgi;
+    include {tmp_path}/site.conf;
+}}
+"""
+    )
+    proc = subprocess.Popen([binary, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_port(port)
+        yield concierge, base, f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGQUIT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_sse_events_arrive_through_nginx(nginx_in_front) -> None:
+    concierge, direct, proxied = nginx_in_front
+    hotel = make_hotel(concierge, proxied)  # every request goes through nginx
+    guest, guest_client = hotel.guest_with_account("Nia")
+    stream = SseClient(proxied, guest_client.cookie)
+    try:
+        assert stream.status == 200
+        assert stream.next_event() == {"event": "ready", "data": {"connected": True}}
+        started = time.monotonic()
+        assert hotel.client("staff").post("/cardex/confirm-arrival", {"guestId": guest["id"]}).status_code == 200
+        event = stream.next_event()
+        assert event["event"] == "status" and event["data"]["status"] == "arrived" and event["id"] == 1
+        assert time.monotonic() - started < 2  # not held in a proxy buffer
+        assert stream.response.readline() == b": heartbeat\n"  # heartbeats pass through too
+    finally:
+        stream.close()
+
+
+def test_cookie_is_secure_when_nginx_terminates_https(nginx_in_front) -> None:
+    concierge, direct, proxied = nginx_in_front
+    hotel = make_hotel(concierge, direct)
+    # nginx sets X-Forwarded-Proto from $scheme (http here); a TLS listener would send https.
+    resp = requests.post(direct + "/users/sign-in", json={"email": hotel.emails["staff"], "password": "correct horse battery"}, headers={"X-Forwarded-Proto": "https"}, timeout=10)
+    assert "secure" in resp.headers["Set-Cookie"].lower()
+    via = requests.post(proxied + "/users/sign-in", json={"email": hotel.emails["staff"], "password": "correct horse battery"}, timeout=10)
+    assert via.status_code == 200 and "secure" not in via.headers["Set-Cookie"].lower()
+
+
+def test_two_instances_sharing_redis_deliver_to_each_other(tmp_path: Path, make_concierge, redis_url: str) -> None:
+    state = tmp_path / "shared"
+    first, base_a = make_concierge(state=state, pubsub_url=redis_url)
+    second, base_b = make_concierge(state=state, pubsub_url=redis_url)
+    hotel = make_hotel(first, base_a)
+    guest, guest_client = hotel.guest_with_account("Ren")
+    on_b = Client(base_b).sign_in(guest_client.me["user"]["email"])  # the guest's app talks to instance B
+    stream = SseClient(base_b, on_b.cookie)
+    try:
+        assert stream.next_event()["event"] == "ready"
+        hotel.client("staff").post("/cardex/confirm-arrival", {"guestId": guest["id"]})  # staff on instance A
+        event = stream.next_event()
+        assert event["data"]["status"] == "arrived" and event["id"] == 1
+    finally:
+        stream.close()
+    hotel.client("staff").post("/cardex/check-out", {"guestId": guest["id"]})
+    resumed = SseClient(base_a, on_b.cookie, last_event_id="1")  # resumes on the other instance
+    try:
+        assert resumed.next_event()["event"] == "ready"
+        replay = resumed.next_event()
+        assert replay["id"] == 2 and replay["data"]["status"] == "checked_out"
+    finally:
+        resumed.close()
+
+
+def test_200_open_streams_do_not_starve_ordinary_requests(make_concierge) -> None:
+    concierge, base = make_concierge(sse_max_streams_per_user=250, sse_heartbeat_seconds=5)
+    hotel = make_hotel(concierge, base)
+    _, guest_client = hotel.guest_with_account("Many")
+    streams = []
+    try:
+        for _ in range(200):
+            s = SseClient(base, guest_client.cookie)
+            assert s.next_event()["event"] == "ready"
+            streams.append(s)
+        assert concierge.hub.open_streams == 200
+        staff = hotel.client("staff")
+        timings = []
+        for _ in range(30):
+            started = time.monotonic()
+            assert staff.get("/cardex/guests").status_code == 200
+            timings.append(time.monotonic() - started)
+        assert max(timings) < 1.0, timings
+        guest_user = guest_client.me["user"]["id"]
+        concierge.pubsub.publish(f"guest:{guest_user}:status", {"status": "arrived"})
+        assert all(s.next_event()["data"] == {"status": "arrived"} for s in streams)
+    finally:
+        for s in streams:
+            s.close()
+
+
+def _await(predicate, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_per_user_cap_answers_503_with_retry_after(make_concierge) -> None:
+    concierge, base = make_concierge(sse_max_streams_per_user=2)
+    hotel = make_hotel(concierge, base)
+    _, guest_client = hotel.guest_with_account("Cap")
+    streams = [SseClient(base, guest_client.cookie) for _ in range(2)]
+    try:
+        for s in streams:
+            s.next_event()
+        resp = requests.get(base + "/check-in/stream", cookies={"concierge_session": guest_client.cookie}, timeout=10)
+        assert resp.status_code == 503
+        assert resp.headers["Retry-After"].isdigit()
+        assert resp.json() == {"error": "At most 2 open streams per user"}
+    finally:
+        for s in streams:
+            s.close()
+
+
+def test_total_cap_answers_503(make_concierge) -> None:
+    concierge, base = make_concierge(sse_max_streams_total=1)
+    hotel = make_hotel(concierge, base)
+    _, a = hotel.guest_with_account("One")
+    _, b = hotel.guest_with_account("Two")
+    first = SseClient(base, a.cookie)
+    try:
+        first.next_event()
+        resp = requests.get(base + "/check-in/stream", cookies={"concierge_session": b.cookie}, timeout=10)
+        assert resp.status_code == 503 and "Retry-After" in resp.headers
+    finally:
+        first.close()
+
+
+def test_a_dead_client_is_noticed_and_its_slot_freed(make_concierge) -> None:
+    concierge, base = make_concierge(sse_max_streams_per_user=1)
+    hotel = make_hotel(concierge, base)
+    _, guest_client = hotel.guest_with_account("Gone")
+    stream = SseClient(base, guest_client.cookie)
+    stream.next_event()
+    assert concierge.hub.open_streams == 1
+    stream.conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close, like a vanished phone
+    stream.close()
+    assert _await(lambda: concierge.hub.open_streams == 0), "the server kept the dead stream"
+    again = SseClient(base, guest_client.cookie)  # the slot is usable again
+    try:
+        assert again.status == 200 and again.next_event()["event"] == "ready"
+    finally:
+        again.close()
