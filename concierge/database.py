@@ -212,8 +212,9 @@ def _apply(db: Database, tx: Tx) -> list[int]:
     for number, name, script in migrations():
         if number in done:
             continue
-        for statement in [s.strip() for s in script.split(";")]:
-            if statement and not all(line.strip().startswith("--") or not line.strip() for line in statement.splitlines()):
+        code = "\n".join(line for line in script.splitlines() if not line.strip().startswith("--"))
+        for statement in (s.strip() for s in code.split(";")):
+            if statement:
                 tx.execute(statement)
         tx.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", (number, name))
         log.info("migration applied version=%d name=%s backend=%s", number, name, db.kind)

@@ -64,7 +64,7 @@ def seed_demo(concierge: Concierge, guests: int = 40) -> dict[str, tuple[str, st
                 tx.execute("INSERT INTO rooms (id, organization_id, number, room_type, floor, housekeeping, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?)",
                            (new_id("rm"), org, f"{n}{k:02d}", "suite" if k == 10 else "double", n, "clean", now, now))
         for kind, title, body in KNOWLEDGE:
-            tx.execute("INSERT INTO knowledge (id, organization_id, kind, title, body, created_at) VALUES (?,?,?,?,?,?)", (new_id("kn"), org, kind, title, body, now))
+            tx.execute("INSERT INTO knowledge (id, organization_id, kind, title, body, created_at, updated_at) VALUES (?,?,?,?,?,?,?)", (new_id("kn"), org, kind, title, body, now, now))
         for name, desc, cat, price in MENU:
             tx.execute("INSERT INTO menu_items (id, organization_id, name, description, category, price_cents, currency, available, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
                        (new_id("mnu"), org, name, desc, cat, price, "EUR", 1, now, now))

@@ -97,7 +97,7 @@ class ChatService:
     def get(self, auth: AuthContext, thread_id: str) -> ThreadOut:
         row = self._thread(auth, thread_id)
         with self.db.transaction(write=False) as tx:
-            msgs = tx.all("SELECT * FROM chat_messages WHERE thread_id = ? ORDER BY created_at, id", (thread_id,))
+            msgs = tx.all("SELECT * FROM chat_messages WHERE thread_id = ? ORDER BY seq", (thread_id,))
         return ThreadOut(**row, messages=[MessageOut(**m) for m in msgs])
 
     def list(self, auth: AuthContext) -> list[Row]:
@@ -109,7 +109,12 @@ class ChatService:
     def _append(self, thread_id: str, author: str, author_id: str | None, body: str) -> None:
         now = self.clock.iso()
         with self.db.transaction() as tx:
-            tx.execute("INSERT INTO chat_messages (id, thread_id, author, author_id, body, created_at) VALUES (?,?,?,?,?,?)", (new_id("msg"), thread_id, author, author_id, body, now))
+            row = tx.one("SELECT COALESCE(MAX(seq), 0) AS n FROM chat_messages WHERE thread_id = ?", (thread_id,))
+            seq = int(row["n"]) + 1 if row else 1
+            tx.execute(
+                "INSERT INTO chat_messages (id, thread_id, author, author_id, body, created_at, seq) VALUES (?,?,?,?,?,?,?)",
+                (new_id("msg"), thread_id, author, author_id, body, now, seq),
+            )
             tx.execute("UPDATE chat_threads SET updated_at = ? WHERE id = ?", (now, thread_id))
 
     def _ai_reply(self, auth: AuthContext, thread_id: str, question: str) -> None:
