@@ -6,6 +6,7 @@ from StreamDnsEvents, read by the TLS detector on the analysis thread. Bounded p
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 import threading
 from dataclasses import dataclass
@@ -15,14 +16,16 @@ from appliance.model import DnsMessage
 _A = 1
 _AAAA = 28
 _CNAME = 5
+_MAX_TIMES = 64
 
 
 @dataclass(slots=True)
 class Resolution:
     name: str  # the question name that produced the address
     names: tuple[str, ...]  # question and CNAME chain names
-    seen_ns: int
+    seen_ns: int  # the latest time it was seen
     ttl_s: int
+    times: list[int]  # when it was seen (sorted, bounded): analysis runs behind ingestion
 
 
 class ResolverCache:
@@ -54,11 +57,16 @@ class ResolverCache:
             by_ip = self._by_ip.setdefault(agent_id, {})
             by_name = self._by_name.setdefault(agent_id, {})
             for address, ttl in addresses:
-                by_ip.pop(address, None)  # re-insert to keep insertion order = recency
-                by_ip[address] = Resolution(message.qname, chain, ts, ttl)
+                old = by_ip.pop(address, None)  # re-insert to keep insertion order = recency
+                times = old.times if old is not None else []
+                if not times or abs(ts - times[-1]) > 1_000_000_000:
+                    bisect.insort(times, ts)
+                    if len(times) > _MAX_TIMES:
+                        del times[0]
+                by_ip[address] = Resolution(message.qname, chain, max(ts, old.seen_ns if old else ts), ttl, times)
             for name in chain:
-                by_name.pop(name, None)
-                by_name[name] = ts
+                first = by_name.pop(name, ts)  # name -> first time seen (bounded by recency of use)
+                by_name[name] = min(first, ts)
             while len(by_ip) > self._max:
                 del by_ip[next(iter(by_ip))]
             while len(by_name) > self._max:
@@ -69,14 +77,16 @@ class ResolverCache:
         hit = self._by_ip.get(agent_id, {}).get(address)
         if hit is None:
             return None
-        age_s = (at_ns - hit.seen_ns) / 1e9
-        if age_s < -slack_s or age_s > max(window_s, hit.ttl_s):
+        times = hit.times
+        i = bisect.bisect_right(times, at_ns + int(slack_s * 1e9))
+        if i == 0:
             return None
-        return hit
+        age_s = (at_ns - times[i - 1]) / 1e9
+        return hit if age_s <= max(window_s, hit.ttl_s) else None
 
     def name_resolved(self, agent_id: str, name: str, at_ns: int, window_s: float, slack_s: float = 2.0) -> bool:
-        seen = self._by_name.get(agent_id, {}).get(name)
-        return seen is not None and -slack_s <= (at_ns - seen) / 1e9 <= window_s
+        first = self._by_name.get(agent_id, {}).get(name)
+        return first is not None and (first - at_ns) / 1e9 <= slack_s
 
 
 def is_private(address: str) -> bool:

@@ -99,7 +99,6 @@ class DnsAnalyzer:
             if not name or name.endswith(_LOCAL_SUFFIXES) or "." not in name:
                 continue
             queries += 1
-            self._count_query(agent, ts, config)
             registered, label = self._domains.split(name)
             window = self._windows.get((agent_id, registered))
             if window is None:
@@ -113,6 +112,10 @@ class DnsAnalyzer:
             if not label.startswith("xn--"):
                 agent.domains.pop(registered, None)
                 agent.domains[registered] = (ts, self._scorer.score(label))
+        # The flood counter uses the flow's packet count: a flow keeps only its first DNS messages.
+        if flow.packets_out:
+            self._count_queries(agent, flow, config)
+            queries = max(queries, 1)
         out: list[Detection] = []
         resolver = ip_str(flow.remote_ip)
         for registered, window in touched.items():
@@ -161,10 +164,16 @@ class DnsAnalyzer:
         while responses and (responses[0][0] < horizon or len(responses) > _MAX_EVENTS_PER_KEY):
             agent.nx_count -= responses.popleft()[1]
 
-    def _count_query(self, agent: _AgentDns, ts: int, config: AnalysisConfig) -> None:
+    def _count_queries(self, agent: _AgentDns, flow: FlowRecord, config: AnalysisConfig) -> None:
         bucket_ns = int(config.dns_flood.bucket_s * _NS)
-        index = ts // bucket_ns
-        agent.buckets[index] = agent.buckets.get(index, 0) + 1
+        first, last = flow.first_ns // bucket_ns, flow.last_ns // bucket_ns
+        spans = last - first + 1
+        if spans > 360:  # a flow longer than an hour of buckets: count it in its last hour
+            first, spans = last - 359, 360
+        share, extra = divmod(flow.packets_out, spans)
+        for i in range(spans):
+            agent.buckets[first + i] = agent.buckets.get(first + i, 0) + share + (1 if i < extra else 0)
+        index = last
         if index > agent.top_bucket:
             if agent.top_bucket >= 0:
                 # Close every bucket older than the two newest into the baseline (zeros included,

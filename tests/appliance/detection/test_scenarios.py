@@ -1,0 +1,73 @@
+"""Every attack scenario is detected with the right category through the real gRPC path; office
+traffic from 20 agents over 30 minutes of event time raises nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.appliance.detection import scenarios as sc
+from tests.appliance.detection.conftest import alerts_of
+
+CASES = [
+    ("iodine_tunnel", {}, "DnsTunneling", "tunnel-example.net"),
+    ("dnscat2_tunnel", {}, "DnsTunneling", "c2-example.org"),
+    ("dga_malware", {}, "DomainGeneration", sc.RESOLVER),
+    ("dns_flood", {}, "DnsFlood", sc.RESOLVER),
+    ("raw_ip_tls", {}, "RawIpTls", "185.220.101.47"),
+    ("icmp_tunnel", {"kind": "ptunnel"}, "IcmpCovertChannel", "203.0.113.66"),
+    ("icmp_tunnel", {"kind": "icmpsh"}, "IcmpCovertChannel", "203.0.113.66"),
+    ("http_exfiltration", {}, "HttpExfiltration", None),
+    ("http_covert", {}, "HttpCovertChannel", None),
+    ("beaconing", {}, "Beaconing", None),
+]
+
+
+@pytest.mark.parametrize(("builder", "kwargs", "category", "indicator"), CASES,
+                         ids=[c[0] + (f"-{c[1]['kind']}" if c[1] else "") for c in CASES])
+def test_scenario_raises_one_alert_of_its_category(detecting, builder, kwargs, category, indicator):
+    stream = getattr(sc, builder)(**kwargs)
+    assert sc.stream(detecting.stub(), stream) == len(stream.packets)
+    alerts = alerts_of(detecting)
+    assert [a["category"] for a in alerts] == [category], [a["summary"] for a in alerts]
+    alert = alerts[0]
+    assert alert["confidence"] >= 0.6 and alert["status"] == "New"
+    assert len(alert["detections"]) >= 2
+    if indicator is not None:
+        assert alert["indicator"] == indicator
+    assert alert["agent_id"] in alert["summary"] and alert["indicator"] in alert["summary"]
+
+
+def test_scenarios_from_several_agents_are_told_apart(detecting):
+    stub = detecting.stub()
+    for stream in (sc.iodine_tunnel(), sc.dga_malware(), sc.raw_ip_tls(), sc.http_exfiltration()):
+        sc.stream(stub, stream)
+    categories = sorted(a["category"] for a in alerts_of(detecting))
+    assert categories == ["DnsTunneling", "DomainGeneration", "HttpExfiltration", "RawIpTls"]
+
+
+def test_beacon_alert_shows_sub_scores_and_tolerates_a_missed_beat(detecting):
+    sc.stream(detecting.stub(), sc.beaconing())
+    (alert,) = alerts_of(detecting)
+    evidence = alert["detections"][-1]["evidence"]
+    for key in ("interval_cv", "mad_over_median", "bowley_skew", "size_score", "connections", "missed_beats"):
+        assert key in evidence
+    assert evidence["missed_beats"] >= 1
+    assert evidence["interval_cv"] < 0.15
+    assert 55 <= evidence["interval_median_s"] <= 65
+
+
+@pytest.mark.slow
+def test_thirty_minutes_of_office_traffic_from_twenty_agents_raises_no_alert(detecting):
+    stub = detecting.stub()
+    sent = 0
+    span_ms = 0
+    for n in range(20):
+        stream = sc.benign_office(n, minutes=30)
+        packets = stream.sorted()
+        span_ms = max(span_ms, packets[-1].timestamp - packets[0].timestamp)
+        sent += sc.stream(stub, stream, packets)
+    assert span_ms >= 29 * 60_000
+    assert alerts_of(detecting) == []
+    status, metrics = detecting.rest.get("/api/v1/metrics")
+    assert metrics["flows_processed"] > 3000 and metrics["analysis_errors"] == 0
+    assert metrics["active_alerts"] == 0 and sent > 50_000
