@@ -52,6 +52,8 @@ def parser() -> argparse.ArgumentParser:
                    help="with --pcap: an address of the captured host (repeatable); without it the "
                         "initiator of each conversation is taken as local")
     p.add_argument("--dry-run", action="store_true", help="print decoded packets instead of sending them")
+    p.add_argument("--service", action="store_true",
+                   help="Windows: run under the service control manager, configured from the registry")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -61,6 +63,13 @@ def main(argv: list[str]) -> int:
     if args.version:
         print(f"sensor-agent {__version__}")
         return 0
+    if args.service:
+        if sys.platform != "win32":
+            print("sensor-agent: --service is for Windows; use the systemd unit or launchd plist", file=sys.stderr)
+            return 2
+        from agents.windows_service import run_service  # pragma: no cover - Windows only
+
+        return run_service()  # pragma: no cover
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     config_path = args.config
