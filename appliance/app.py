@@ -193,15 +193,15 @@ def build(settings: Settings) -> Appliance:
                                 queue_size=limits.analysis_queue, detection_filter=exclusions.allows)
     finished = FinishedFlows(limits.finished_flows_kept)
 
-    def on_expire(flow: FlowRecord) -> None:
-        pipeline.submit(flow)
+    def on_expire(flows: list[FlowRecord]) -> None:
+        finished.extend(flows)
+        pipeline.submit_many(flows)
 
     tracker = FlowTracker(
         on_expire,
         FlowTimeouts(timeouts.tcp_idle, timeouts.udp_idle, timeouts.dns_idle, timeouts.icmp_idle,
                      timeouts.other_idle, timeouts.active),
         FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow),
-        on_finished=finished.add,
     )
     agents = AgentRegistry()
     converter = PacketConverter(ConvertLimits(max_payload_bytes=limits.max_payload_bytes))
@@ -237,6 +237,7 @@ def build(settings: Settings) -> Appliance:
         api, collector=collector, history=history, tracker=tracker, finished=finished, agents=agents,
         openapi=lambda: build_openapi(api.routes),
     )
+
     # Enrollment: the payload under /static, tokens and certificates in SQLite, the stream gate.
     artifacts = ArtifactStore(paths.static_dir, settings.artifacts.max_upload_bytes)
     artifacts.publish(CA_FILE, ca.ca_pem)

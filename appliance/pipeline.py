@@ -8,8 +8,9 @@ detections go to correlation. Layers and the correlator are handed in by the com
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -42,11 +43,13 @@ class Correlator(Protocol):
         ...
 
 
-_STOP = object()
-
-
 class AnalysisPipeline:
-    """Bounded queue plus a worker that runs the layers and the correlator on each flow."""
+    """Bounded queue plus a worker that runs the layers and the correlator on each flow.
+
+    The queue holds at most `queue_size` flows; what does not fit is dropped and counted in
+    `flows_dropped`. Producers hand over lists and the worker takes everything pending at once,
+    so a busy tracker wakes the worker once per batch, not once per flow.
+    """
 
     def __init__(
         self,
@@ -58,7 +61,11 @@ class AnalysisPipeline:
         self.layers = list(layers)
         self.correlator = correlator
         self.detection_filter = detection_filter
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_size)
+        self.queue_size = queue_size
+        self._pending: deque[FlowRecord] = deque()
+        self._busy = 0
+        self._cond = threading.Condition()
+        self._stopping = False
         self._thread: threading.Thread | None = None
         self.flows_processed = 0
         self.flows_dropped = 0
@@ -68,11 +75,18 @@ class AnalysisPipeline:
         self.layer_errors = 0
 
     # -- producer side (called under the tracker lock: must not block) --------------------
+    def submit_many(self, flows: list[FlowRecord]) -> None:
+        with self._cond:
+            room = self.queue_size - len(self._pending) - self._busy
+            if room < len(flows):
+                self.flows_dropped += len(flows) - max(room, 0)
+                flows = flows[: max(room, 0)]
+            if flows:
+                self._pending.extend(flows)
+                self._cond.notify()
+
     def submit(self, flow: FlowRecord) -> None:
-        try:
-            self._queue.put_nowait(flow)
-        except queue.Full:
-            self.flows_dropped += 1
+        self.submit_many([flow])
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None:
         for layer in self.layers:
@@ -82,7 +96,7 @@ class AnalysisPipeline:
 
     @property
     def queue_depth(self) -> int:
-        return self._queue.qsize()
+        return len(self._pending)
 
     # -- worker -------------------------------------------------------------------------------
     def process(self, flow: FlowRecord) -> list[Detection]:
@@ -106,32 +120,43 @@ class AnalysisPipeline:
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
-            try:
-                if item is _STOP:
+            with self._cond:
+                while not self._pending and not self._stopping:
+                    self._cond.wait()
+                if not self._pending and self._stopping:
                     return
-                self.process(item)  # type: ignore[arg-type]
-            finally:
-                self._queue.task_done()
+                batch = list(self._pending)
+                self._pending.clear()
+                self._busy = len(batch)
+            for flow in batch:
+                self.process(flow)
+                self._busy -= 1
+            with self._cond:
+                self._busy = 0
+                self._cond.notify_all()
 
     def start(self) -> None:
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="analysis", daemon=True)
         self._thread.start()
 
-    def drain(self, timeout: float = 30.0) -> None:
+    def drain(self, timeout: float = 30.0) -> bool:
         """Wait until every queued flow has been analysed (used at shutdown and in tests)."""
-        done = threading.Event()
-
-        def waiter() -> None:
-            self._queue.join()
-            done.set()
-
-        threading.Thread(target=waiter, daemon=True).start()
-        done.wait(timeout)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._pending or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._thread is None:
+                    return False
+                self._cond.wait(min(left, 0.1))
+        return True
 
     def stop(self) -> None:
+        """Finish what is queued, then stop the worker."""
         if self._thread is None:
             return
-        self._queue.put(_STOP)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
         self._thread.join(timeout=30)
         self._thread = None

@@ -15,8 +15,8 @@ class FinishedFlows:
         self._ring: deque[FlowRecord] = deque(maxlen=size)
         self._lock = threading.Lock()
 
-    def add(self, flow: FlowRecord) -> None:
-        self._ring.append(flow)
+    def extend(self, flows: list[FlowRecord]) -> None:
+        self._ring.extend(flows)
 
     def newest(self, agent_id: str | None, limit: int) -> list[FlowRecord]:
         with self._lock:

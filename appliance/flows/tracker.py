@@ -7,7 +7,9 @@ exactly like live traffic; a wall-clock sweep advances the clock of agents that 
 
 Lifecycle of a flow (after NFStream): created on its first packet, updated per packet, expired by
 idle timeout, active timeout, TCP close, stream end, eviction under the flow cap, or shutdown; an
-expired flow is handed to `on_expire` (the analysis pipeline) exactly once.
+expired flow is handed to `on_expire` (the analysis pipeline) exactly once. Flows ended by one
+call are handed over together, as one list: waking the analysis thread once per flow would cost
+more than tracking the flow did.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from appliance.model import TCP_FIN, TCP_RST, FlowRecord, Packet, Transport
+from appliance.ingest.convert import RawPacket, expand
+from appliance.model import TCP_FIN, TCP_RST, FlowRecord, Transport
 
 _OUTBOUND = 1
 _NS = 1_000_000_000
@@ -95,15 +98,8 @@ def community_id(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) 
     return "1:" + base64.b64encode(flow_hash(protocol, ip_a, port_a, ip_b, port_b)).decode()
 
 
-def _timeout_class(pkt: Packet) -> str:
-    transport = pkt.transport
-    if transport is Transport.TCP:
-        return CLASS_TCP
-    if transport is Transport.UDP:
-        return CLASS_DNS if (pkt.remote_port == 53 or pkt.local_port == 53) else CLASS_UDP
-    if transport is Transport.ICMP:
-        return CLASS_ICMP
-    return CLASS_OTHER
+_CLASS_BY_PROTOCOL = {6: CLASS_TCP, 17: CLASS_UDP, 1: CLASS_ICMP}
+_TRANSPORTS = {6: Transport.TCP, 17: Transport.UDP, 1: Transport.ICMP}
 
 
 class _AgentFlows:
@@ -128,13 +124,12 @@ class FlowTracker:
 
     def __init__(
         self,
-        on_expire: Callable[[FlowRecord], None],
+        on_expire: Callable[[list[FlowRecord]], None],
         timeouts: FlowTimeouts | None = None,
         limits: FlowLimits | None = None,
-        on_finished: Callable[[FlowRecord], None] | None = None,
     ) -> None:
         self._on_expire = on_expire
-        self._on_finished = on_finished
+        self._ended: list[FlowRecord] = []
         self.timeouts = timeouts or FlowTimeouts()
         self.limits = limits or FlowLimits()
         self._idle_ns = self.timeouts.idle_ns()
@@ -147,8 +142,12 @@ class FlowTracker:
         self.flows_evicted = 0
 
     # -- ingestion (hot path) -------------------------------------------------------------
-    def add_packets(self, agent_id: str, packets: Iterable[Packet]) -> None:
-        """Account a batch of one agent's packets, then expire what their event time ended."""
+    def add_packets(self, agent_id: str, packets: Iterable[RawPacket]) -> None:
+        """Account a batch of one agent's raw packets, then expire what their event time ended.
+
+        The hot path: a full `Packet` is built only for packets the flow keeps (the first
+        payload-bearing ones as samples, and DNS messages); all others only touch counters.
+        """
         with self.lock:
             agent = self._agents.get(agent_id)
             if agent is None:
@@ -160,25 +159,22 @@ class FlowTracker:
             sample_bytes = limits.sample_bytes
             dns_cap = limits.dns_per_flow
             active_ns = self._active_ns
-            for pkt in packets:
-                ts = pkt.timestamp_ns
-                key = (pkt.protocol, pkt.local_ip, pkt.local_port, pkt.remote_ip, pkt.remote_port)
-                table = tables[_timeout_class(pkt)]
+            class_of = _CLASS_BY_PROTOCOL.get
+            for raw in packets:
+                ts, direction, protocol, local_ip, remote_ip, local_port, remote_port, size, payload, flags, pid, _ = raw
+                key = (protocol, local_ip, local_port, remote_ip, remote_port)
+                is_dns = remote_port == 53 or local_port == 53
+                cls = class_of(protocol, CLASS_OTHER)
+                if cls is CLASS_UDP and is_dns:
+                    cls = CLASS_DNS
+                table = tables[cls]
                 flow = table.get(key)
                 if flow is None:
                     if self._count >= limits.max_flows:
                         self._evict_oldest()
                     flow = FlowRecord(
-                        flow_id(*key),
-                        agent_id,
-                        pkt.protocol,
-                        pkt.transport,
-                        pkt.local_ip,
-                        pkt.local_port,
-                        pkt.remote_ip,
-                        pkt.remote_port,
-                        ts,
-                        ts,
+                        flow_id(*key), agent_id, protocol, _TRANSPORTS.get(protocol, Transport.OTHER),
+                        local_ip, local_port, remote_ip, remote_port, ts, ts,
                     )
                     table[key] = flow
                     self._count += 1
@@ -191,28 +187,30 @@ class FlowTracker:
                         flow.first_ns = ts
                 if ts > clock:
                     clock = ts
-                payload = pkt.payload
-                if pkt.direction == _OUTBOUND:
+                if direction == _OUTBOUND:
                     flow.packets_out += 1
-                    flow.bytes_out += pkt.size
+                    flow.bytes_out += size
                     flow.payload_bytes_out += len(payload)
                 else:
                     flow.packets_in += 1
-                    flow.bytes_in += pkt.size
+                    flow.bytes_in += size
                     flow.payload_bytes_in += len(payload)
-                if payload and len(flow.samples) < samples_cap:
-                    if len(payload) > sample_bytes:
-                        pkt.payload = payload[:sample_bytes]
-                    flow.samples.append(pkt)
-                if pkt.dns is not None and len(flow.dns) < dns_cap:
-                    flow.dns.append(pkt.dns)
-                if pkt.pid and not flow.pid:
-                    flow.pid = pkt.pid
-                    flow.process_name = pkt.process_name
-                flags = pkt.tcp_flags
+                if payload:
+                    sample = len(flow.samples) < samples_cap
+                    if sample or is_dns:
+                        pkt = expand(raw)
+                        if pkt.dns is not None and len(flow.dns) < dns_cap:
+                            flow.dns.append(pkt.dns)
+                        if sample:
+                            if len(payload) > sample_bytes:
+                                pkt.payload = payload[:sample_bytes]
+                            flow.samples.append(pkt)
+                if pid and not flow.pid:
+                    flow.pid = pid
+                    flow.process_name = raw[11]
                 if flags:
                     flow.tcp_flags |= flags
-                    if flags & (TCP_RST | TCP_FIN) and self._tcp_closed(agent, key, flags, pkt.direction):
+                    if flags & (TCP_RST | TCP_FIN) and self._tcp_closed(agent, key, flags, direction):
                         self._end(table, key, END_TCP_CLOSE)
                         continue
                 if flow.last_ns - flow.first_ns >= active_ns:
@@ -220,6 +218,7 @@ class FlowTracker:
             agent.clock_ns = clock
             agent.wall = time.monotonic()
             self._expire_idle(agent, clock)
+            self._hand_off()
 
     def _tcp_closed(self, agent: _AgentFlows, key: tuple, flags: int, direction: int) -> bool:
         if flags & TCP_RST:
@@ -244,9 +243,12 @@ class FlowTracker:
         agent = self._agents.get(flow.agent_id)
         if agent is not None and agent.fins:
             agent.fins.pop(key, None)
-        if self._on_finished is not None:
-            self._on_finished(flow)
-        self._on_expire(flow)
+        self._ended.append(flow)
+
+    def _hand_off(self) -> None:
+        if self._ended:
+            ended, self._ended = self._ended, []
+            self._on_expire(ended)
 
     def _expire_idle(self, agent: _AgentFlows, clock_ns: int) -> None:
         for cls, table in agent.tables.items():
@@ -284,6 +286,7 @@ class FlowTracker:
                     self._expire_idle(agent, agent.clock_ns)
                 if not agent.streams and not agent.count():
                     del self._agents[agent.agent_id]
+            self._hand_off()
 
     # -- streams ------------------------------------------------------------------------------
     def stream_opened(self, agent_id: str) -> None:
@@ -303,11 +306,13 @@ class FlowTracker:
             if agent.streams == 0:
                 self._flush_agent(agent, END_STREAM)
                 del self._agents[agent_id]
+            self._hand_off()
 
     def flush_all(self, reason: str = END_SHUTDOWN) -> None:
         with self.lock:
             for agent in list(self._agents.values()):
                 self._flush_agent(agent, reason)
+            self._hand_off()
 
     def _flush_agent(self, agent: _AgentFlows, reason: str) -> None:
         for table in agent.tables.values():

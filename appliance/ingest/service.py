@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from appliance.agents import AgentRegistry, AgentState
 from appliance.flows.tracker import FlowTracker
 from appliance.ingest.convert import PacketConverter, dns_event_to_message
+from appliance.ingest.dns import parse_dns
 from appliance.ingest.identity import AgentIdentity
 from appliance.model import DnsMessage
 
@@ -72,19 +72,19 @@ class IngestService:
 
     def packets(self, session: StreamSession, messages: Sequence[object]) -> None:
         """Convert and track a batch of NetworkPacket messages from one stream."""
-        now_ns = time.time_ns()
-        convert = self.converter.convert
         with self._lock:
-            converted = [p for p in (convert(m, now_ns) for m in messages) if p is not None]
+            converted = self.converter.read(messages)
             rejected = len(messages) - len(converted)
             self.packets_received += len(converted)
             self.packets_rejected += rejected
         session.accepted += len(converted)
         session.rejected += rejected
         if self._on_dns_response is not None:
-            for pkt in converted:
-                if pkt.dns is not None and pkt.dns.is_response:
-                    self._on_dns_response(session.identity.agent_id, pkt.dns)
+            for raw in converted:
+                if raw[1] == 2 and raw[2] == 17 and raw[6] == 53 and raw[8]:
+                    message = parse_dns(raw[8], raw[0])
+                    if message is not None and message.is_response:
+                        self._on_dns_response(session.identity.agent_id, message)
         if converted:
             self.tracker.add_packets(session.identity.agent_id, converted)
         self.agents.record(session.agent, len(converted), rejected)

@@ -9,13 +9,13 @@ AGENT = "agent-1"
 
 def make(limits=None, timeouts=None):
     expired = []
-    tracker = FlowTracker(expired.append, timeouts or FlowTimeouts(), limits or FlowLimits())
+    tracker = FlowTracker(expired.extend, timeouts or FlowTimeouts(), limits or FlowLimits())
     return tracker, expired
 
 
 def pkts(*pbs):
     conv = PacketConverter()
-    return [conv.convert(pb, (BASE_MS + 10**9) * 1_000_000) for pb in pbs]
+    return conv.read(pbs, (BASE_MS + 10**9) * 1_000_000)
 
 
 def test_flow_id_is_the_same_in_both_directions():

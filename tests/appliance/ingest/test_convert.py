@@ -3,7 +3,7 @@ import time
 import pytest
 
 from appliance.generated import sensor_pb2
-from appliance.ingest.convert import PacketConverter
+from appliance.ingest.convert import ConvertLimits, PacketConverter
 from appliance.model import Transport, ip_int, ip_str
 from tests.appliance import wire
 
@@ -102,8 +102,7 @@ def test_missing_or_future_timestamps_are_replaced_by_receive_time(conv, ts_ms):
 
 
 def test_oversized_payload_is_truncated_and_counted():
-    conv = PacketConverter()
-    conv.limits.max_payload_bytes = 100
+    conv = PacketConverter(ConvertLimits(max_payload_bytes=100))
     pkt = conv.convert(wire.packet(payload=b"x" * 5000), NOW_NS)
     assert len(pkt.payload) == 100 and conv.repaired["payload_truncated"] == 1
 

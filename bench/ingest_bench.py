@@ -1,0 +1,200 @@
+"""Ingestion benchmark: packets/s through StreamPackets and StreamPacketBatches into the flow
+tracker, against a bare gRPC client-streaming server measured in the same run; and peak RSS of
+the tracker holding 100,000 concurrent flows.
+
+The client runs in its own process (as an agent would) and sends pre-built messages, so the
+figures measure the server. Both servers use plaintext gRPC: TLS costs the same for both.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import random
+import resource
+import statistics
+import sys
+import time
+from concurrent import futures
+
+import grpc
+
+ROUNDS = 5
+BATCH = 256
+BATCHED_PACKETS = 256 * 400  # per round
+SINGLE_PACKETS = 20_000  # per round (one message per packet is slow by nature)
+FLOWS_FOR_RSS = 100_000
+
+
+def make_packets(count: int, seed: int = 1) -> list:
+    """A traffic mix with ~2,000 live conversations whose event time advances 1 ms per packet.
+
+    Packet shares are those of an office uplink: 85% TCP (TLS records), 5% DNS, 7% other UDP
+    (QUIC/RTP-like), 3% ICMP.
+    """
+    from appliance.generated import sensor_pb2
+
+    rng = random.Random(seed)
+    base = 1_700_000_000_000
+    out = []
+    for i in range(count):
+        conv = rng.randrange(2000)
+        kind = conv % 100
+        if kind < 85:
+            proto, rport, payload = 6, 443, b"\x17\x03\x03" + bytes(rng.randrange(256) for _ in range(61))
+        elif kind < 92:
+            proto, rport, payload = 17, 3478, b"\x00" * 8 + bytes(rng.randrange(256) for _ in range(120))
+        elif kind < 97:
+            proto, rport, payload = 17, 53, b"\x00" * 8 + b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x03www\x07example\x03com\x00\x00\x01\x00\x01"
+        else:
+            proto, rport, payload = 1, 0, b"\x08\x00\x00\x00\x00\x01\x00\x01" + b"abcdefgh" * 7
+        out.append(sensor_pb2.NetworkPacket(
+            local_ip=0x0A000005, remote_ip=0x5DB80000 + conv, local_port=30000 + conv if proto != 1 else 0,
+            remote_port=rport, protocol=proto, timestamp=base + i, direction=1 + (i % 2), size=40 + len(payload),
+            payload=payload, tcp_flags=0x18 if proto == 6 else 0,
+        ))
+    return out
+
+
+def _client(port: int, mode: str, count: int, result: mp.Queue) -> None:
+    from appliance.generated import sensor_pb2, sensor_pb2_grpc
+
+    packets = make_packets(count)
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])
+    stub = sensor_pb2_grpc.SensorServiceStub(channel)
+    if mode == "batched":
+        messages = [sensor_pb2.PacketBatch(packets=packets[i : i + BATCH]) for i in range(0, count, BATCH)]
+        call = stub.StreamPacketBatches
+    else:
+        messages = packets
+        call = stub.StreamPackets
+    grpc.channel_ready_future(channel).result(timeout=10)
+    start = time.perf_counter()
+    reply = call(iter(messages), metadata=[("x-machine-id", "bench")])
+    elapsed = time.perf_counter() - start
+    result.put((reply.packets_received, elapsed))
+    channel.close()
+
+
+def _measure(port: int, mode: str, count: int) -> float:
+    ctx = mp.get_context("spawn")
+    result: mp.Queue = ctx.Queue()
+    proc = ctx.Process(target=_client, args=(port, mode, count, result))
+    proc.start()
+    received, elapsed = result.get(timeout=300)
+    proc.join()
+    if received != count:
+        raise RuntimeError(f"server acknowledged {received} of {count} packets")
+    return count / elapsed
+
+
+class _BareServicer:
+    """Client-streaming servicer that only counts what it receives."""
+
+    def StreamPackets(self, request_iterator, context):  # noqa: N802
+        from appliance.generated import sensor_pb2
+
+        n = 0
+        for _ in request_iterator:
+            n += 1
+        return sensor_pb2.StreamResponse(packets_received=n)
+
+    def StreamPacketBatches(self, request_iterator, context):  # noqa: N802
+        from appliance.generated import sensor_pb2
+
+        n = 0
+        for batch in request_iterator:
+            n += len(batch.packets)
+        return sensor_pb2.StreamResponse(packets_received=n)
+
+
+def _bare_server() -> tuple[grpc.Server, int]:
+    from appliance.generated import sensor_pb2_grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=[("grpc.max_receive_message_length", 64 << 20)])
+    handler = sensor_pb2_grpc.SensorServiceServicer()
+    handler.StreamPackets = _BareServicer().StreamPackets  # type: ignore[method-assign]
+    handler.StreamPacketBatches = _BareServicer().StreamPacketBatches  # type: ignore[method-assign]
+    sensor_pb2_grpc.add_SensorServiceServicer_to_server(handler, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, port
+
+
+def _our_server():
+    import tempfile
+    from pathlib import Path
+
+    from appliance.app import build
+    from appliance.config import parse_settings
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-"))
+    settings = parse_settings({
+        "grpc": {"listen": "127.0.0.1:0", "tls": False, "max_message_bytes": 64 << 20},
+        "rest": {"listen": "127.0.0.1:0", "tls": False},
+        "paths": {"state_dir": str(tmp / "state"), "certs_dir": str(tmp / "certs"),
+                  "static_dir": str(tmp / "static"), "signatures_dir": str(tmp / "empty-signatures")},
+    })
+    app = build(settings)
+    app.start()
+    return app
+
+
+def _rss_with_flows() -> None:
+    """Runs in a fresh process: fill a tracker with 100,000 concurrent flows, print peak RSS."""
+    from appliance.agents import AgentRegistry
+    from appliance.flows.tracker import FlowTracker
+    from appliance.generated import sensor_pb2
+    from appliance.ingest.convert import PacketConverter
+    from appliance.ingest.identity import AgentIdentity
+    from appliance.ingest.service import IngestService
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tracker = FlowTracker(lambda f: None)
+    ingest = IngestService(PacketConverter(), tracker, AgentRegistry())
+    session = ingest.open(AgentIdentity.from_metadata({"x-machine-id": "rss"}, "ipv4:127.0.0.1:1"))
+    base = 1_700_000_000_000
+    payload = b"\x16\x03\x01" + bytes(200)  # a small ClientHello-sized sample in every flow
+    for start in range(0, FLOWS_FOR_RSS, 1000):
+        batch = [
+            sensor_pb2.NetworkPacket(local_ip=0x0A000005, remote_ip=0x5D000000 + i, local_port=40000 + i % 20000,
+                                     remote_port=443, protocol=6, timestamp=base + i // 100, direction=1,
+                                     size=260, payload=payload, tcp_flags=0x18)
+            for i in range(start, start + 1000)
+        ]
+        ingest.packets(session, batch)
+    assert tracker.active_flows == FLOWS_FOR_RSS, tracker.active_flows
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"{peak / 1024:.1f} {before / 1024:.1f}")
+
+
+def main() -> None:
+    print(f"machine: {mp.cpu_count()} cores, Python {sys.version.split()[0]}; rounds: {ROUNDS} (median)")
+    bare, bare_port = _bare_server()
+    app = _our_server()
+    results: dict[str, list[float]] = {}
+    try:
+        for _ in range(ROUNDS):  # interleave so that machine noise hits both alike
+            results.setdefault("bare_batched", []).append(_measure(bare_port, "batched", BATCHED_PACKETS))
+            results.setdefault("ours_batched", []).append(_measure(app.grpc_port, "batched", BATCHED_PACKETS))
+            results.setdefault("bare_single", []).append(_measure(bare_port, "single", SINGLE_PACKETS))
+            results.setdefault("ours_single", []).append(_measure(app.grpc_port, "single", SINGLE_PACKETS))
+        flows = app.tracker.flows_created
+    finally:
+        bare.stop(0)
+        app.stop()
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print(f"StreamPacketBatches ({BATCH}/msg): ours {med['ours_batched']:>10,.0f} pkt/s   bare {med['bare_batched']:>10,.0f} pkt/s"
+          f"   ratio {med['ours_batched'] / med['bare_batched']:.2f} (target >= 0.40)")
+    print(f"StreamPackets (1/msg):       ours {med['ours_single']:>10,.0f} pkt/s   bare {med['bare_single']:>10,.0f} pkt/s"
+          f"   ratio {med['ours_single'] / med['bare_single']:.2f}")
+    print(f"flows created during the run: {flows:,}")
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", "from bench.ingest_bench import _rss_with_flows; _rss_with_flows()"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    print(f"peak RSS with {FLOWS_FOR_RSS:,} concurrent flows: {float(out[0]):.0f} MB "
+          f"(process before flows: {float(out[1]):.0f} MB; target < 300 MB)")
+
+
+if __name__ == "__main__":
+    main()
