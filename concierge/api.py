@@ -239,7 +239,8 @@ class _Components:
         return {"$ref": f"#/components/schemas/{model.__name__}"}
 
     def parameters(self, model: type[BaseModel], where: str) -> list[dict[str, Any]]:
-        schema = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}", mode="validation")
+        # path parameters keep the route's own names ({guest_id}); query parameters are camelCase on the wire
+        schema = model.model_json_schema(by_alias=where != "path", ref_template="#/components/schemas/{model}", mode="validation")
         for name, sub in schema.pop("$defs", {}).items():
             self.schemas.setdefault(name, sub)
         required = set(schema.get("required", ()))
@@ -274,7 +275,13 @@ def openapi_document(endpoints: Iterable[Endpoint], title: str, version: str, de
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": comps.ref(ep.body, "validation")}}}
         responses: dict[str, Any] = {}
         if ep.stream:
-            responses[str(ep.status)] = {"description": "Server-sent events", "content": {"text/event-stream": {"schema": {"type": "string"}}}}
+            event = {
+                "type": "object",
+                "description": "One server-sent event: `ready` ({\"connected\": true}) first, then `status` events with increasing ids",
+                "properties": {"event": {"enum": ["ready", "status"]}, "data": {"type": "string", "contentMediaType": "application/json"}, "id": {"type": "string"}},
+                "required": ["event", "data"],
+            }
+            responses[str(ep.status)] = {"description": "Server-sent events", "content": {"text/event-stream": {"schema": event}}}
         elif ep.response is None:
             responses[str(ep.status)] = {"description": "No content"}
         else:

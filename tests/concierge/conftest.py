@@ -108,7 +108,7 @@ def add_user(concierge: Concierge, org_id: str, role: str, name: str) -> tuple[s
     return user_id, email
 
 
-def test_settings(tmp: Path, **changes: Any) -> Settings:
+def settings_for(tmp: Path, **changes: Any) -> Settings:
     base = Settings(state_dir=tmp, kdf_n=2**10, sse_heartbeat_seconds=0.5, outbox_interval_seconds=0.2)
     return base.with_(**changes)
 
@@ -120,7 +120,7 @@ def make_concierge(tmp_path: Path) -> Iterator[Callable[..., tuple[Concierge, st
 
     def make(state: Path | None = None, pms: SimulatedPms | None = None, **changes: Any) -> tuple[Concierge, str]:
         state = state or tmp_path / f"state{len(started)}"
-        concierge = build(test_settings(state, **changes), pms=pms or SimulatedPms())
+        concierge = build(settings_for(state, **changes), pms=pms or SimulatedPms())
         port = concierge.start(0)
         started.append(concierge)
         return concierge, f"http://127.0.0.1:{port}"
@@ -155,7 +155,7 @@ def hotel(make_concierge: Callable[..., tuple[Concierge, str]]) -> Hotel:
 @pytest.fixture(scope="module")
 def shared_hotel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hotel]:
     """One hotel for a whole module of read-mostly tests (the many parametrized access/validation cases)."""
-    concierge = build(test_settings(tmp_path_factory.mktemp("shared")), pms=SimulatedPms())
+    concierge = build(settings_for(tmp_path_factory.mktemp("shared")), pms=SimulatedPms())
     port = concierge.start(0)
     try:
         yield make_hotel(concierge, f"http://127.0.0.1:{port}")
