@@ -1,5 +1,8 @@
 # Two commands matter: `make run` and `make test`. Everything they need is set up here.
 SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# pip on these machines warns about every absent local index; keep the output readable.
+PIPQUIET := 2>&1 | { grep -v '^WARNING: Location' || true; }
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -29,9 +32,10 @@ sysdeps:
 	  else echo "missing Debian packages:$$missing -- run: sudo apt-get install$$missing"; exit 1; fi; \
 	fi
 
-$(STAMP): requirements.txt concierge/requirements.txt | sysdeps
+$(STAMP): requirements.txt concierge/requirements.txt pyproject.toml | sysdeps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt $(PIPQUIET)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . $(PIPQUIET)
 	@touch $@
 
 venv: $(STAMP)
