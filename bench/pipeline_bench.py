@@ -1,0 +1,135 @@
+"""Detection benchmark: flows/s through the whole analysis pipeline (DPI, 16 signature rules,
+behaviour, exclusions, correlation, alert store) on the scenario corpus mix, and end-to-end
+packets/s over gRPC with analysis on against ingestion alone. Medians of several rounds.
+
+The corpus is the test scenario generator's: 20 office agents x 30 minutes of event time plus
+every attack scenario, so a realistic few alerts are opened and updated while it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ROUNDS = 5
+E2E_ROUNDS = 3
+
+
+def corpus() -> list[tuple[str, list]]:
+    sys.path.insert(0, str(ROOT))
+    from tests.appliance.detection import scenarios as sc
+
+    streams = [sc.benign_office(n, minutes=30) for n in range(20)]
+    streams += [sc.iodine_tunnel(), sc.dnscat2_tunnel(), sc.dga_malware(), sc.dns_flood(), sc.raw_ip_tls(),
+                sc.icmp_tunnel(), sc.icmp_tunnel(kind="icmpsh"), sc.http_exfiltration(), sc.http_covert(), sc.beaconing()]
+    return [(s.machine_id, s.sorted()) for s in streams]
+
+
+def settings(tmp: Path, tls: bool = False):  # noqa: ANN201
+    from appliance.config import parse_settings
+
+    signatures = tmp / "signatures"
+    signatures.mkdir(parents=True, exist_ok=True)
+    for rule in (ROOT / "rules").glob("*.yaml"):
+        shutil.copy(rule, signatures / rule.name)
+    return parse_settings({
+        "grpc": {"listen": "127.0.0.1:0", "tls": tls}, "rest": {"listen": "127.0.0.1:0", "tls": False},
+        "paths": {"state_dir": str(tmp / "state"), "signatures_dir": str(signatures), "certs_dir": str(tmp / "certs"),
+                  "static_dir": str(tmp / "static")},
+        "limits": {"analysis_queue": 1_000_000},
+    }, "bench")
+
+
+def finished_flows(streams: list[tuple[str, list]]) -> list:
+    """The flow records the tracker hands to analysis for the corpus, in expiry order."""
+    from appliance.flows.tracker import FlowTracker
+    from appliance.ingest.convert import PacketConverter
+
+    flows: list = []
+    tracker = FlowTracker(lambda ended: flows.extend(ended) if isinstance(ended, list) else flows.append(ended))
+    converter = PacketConverter()
+    for agent, packets in streams:
+        for i in range(0, len(packets), 500):
+            chunk = packets[i : i + 500]
+            if hasattr(converter, "read"):
+                converted = converter.read(chunk)
+            else:
+                converted = [p for p in (converter.convert(m) for m in chunk) if p is not None]
+            tracker.add_packets(agent, converted)
+        tracker.stream_opened(agent)
+        tracker.stream_closed(agent)
+    return flows
+
+
+def pipeline_rounds(flows: list) -> tuple[float, int, int]:
+    from appliance.app import build
+
+    rates = []
+    alerts = detections = 0
+    for _ in range(ROUNDS):
+        with tempfile.TemporaryDirectory() as tmp:
+            app = build(settings(Path(tmp)))
+            assert app.detection is not None and app.detection.signatures.loaded == 16
+            for flow in flows:  # what the ingest hook does as packets arrive, ahead of analysis
+                for message in flow.dns:
+                    if message.is_response:
+                        app.detection.resolver.observe(flow.agent_id, message)
+            process = app.pipeline.process
+            start = time.perf_counter()
+            for flow in flows:
+                process(flow)
+            rates.append(len(flows) / (time.perf_counter() - start))
+            alerts, detections = app.pipeline.alerts_generated, app.pipeline.detections_generated
+            app.detection.db.close()
+    return statistics.median(rates), alerts, detections
+
+
+def e2e_round(streams: list[tuple[str, list]], analysis: bool) -> float:
+    import grpc
+
+    from appliance.app import build
+    from appliance.generated import sensor_pb2, sensor_pb2_grpc
+
+    with tempfile.TemporaryDirectory() as tmp:
+        app = build(settings(Path(tmp)))
+        if not analysis:
+            app.pipeline.layers = []
+            app.pipeline.correlator = None
+        app.start()
+        try:
+            stub = sensor_pb2_grpc.SensorServiceStub(grpc.insecure_channel(f"127.0.0.1:{app.grpc_port}"))
+            batches = [(agent, [sensor_pb2.PacketBatch(packets=p[i : i + 500]) for i in range(0, len(p), 500)])
+                       for agent, p in streams]
+            total = sum(len(p) for _, p in streams)
+            start = time.perf_counter()
+            for agent, items in batches:
+                stub.StreamPacketBatches(iter(items), metadata=[("x-machine-id", agent)])
+            app.pipeline.drain(120)
+            return total / (time.perf_counter() - start)
+        finally:
+            app.stop()
+
+
+def main() -> None:
+    logging.disable(logging.WARNING)
+    streams = corpus()
+    packets = sum(len(p) for _, p in streams)
+    flows = finished_flows(streams)
+    rate, alerts, detections = pipeline_rounds(flows)
+    print(f"corpus: {packets} packets, {len(flows)} flows from {len(streams)} agents")
+    print(f"pipeline (DPI + 16 rules + behaviour + correlation + store): {rate:,.0f} flows/s "
+          f"(median of {ROUNDS}; {detections} detections, {alerts} alerts per round)")
+    on = statistics.median(e2e_round(streams, True) for _ in range(E2E_ROUNDS))
+    off = statistics.median(e2e_round(streams, False) for _ in range(E2E_ROUNDS))
+    print(f"end to end over gRPC: ingestion alone {off:,.0f} packets/s, with analysis {on:,.0f} packets/s "
+          f"(ratio {on / off:.2f}; median of {E2E_ROUNDS})")
+
+
+if __name__ == "__main__":
+    main()

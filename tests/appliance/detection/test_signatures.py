@@ -1,0 +1,133 @@
+"""Signature rules: validation naming file/field/reason, REST management, hot reload with the real watcher."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+
+from appliance.detection.signatures.fields import FIELDS
+from appliance.detection.signatures.operators import OPERATORS
+from appliance.detection.signatures.rules import load_directory, parse_rule
+from tests.appliance.detection import scenarios as sc
+from tests.appliance.detection.conftest import RULES, alerts_of
+
+RULE = {"id": "SIG-TEST-001", "title": "Test rule", "description": "POST to the test host", "protocol": "http",
+        "category": "HttpExfiltration", "severity": "High", "confidence": 0.5, "enabled": True,
+        "conditions": [{"field": "http.host", "op": "endswith", "value": "exfil-example.com"}]}
+
+
+def wait_for(predicate, timeout: float = 5.0) -> bool:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_shipped_rules_are_sixteen_over_five_protocols_and_the_readme_documents_every_operator_and_field():
+    rules, errors = load_directory(RULES)
+    assert errors == [] and len(rules) == 16
+    assert {r.protocol for r in rules} == {"dns", "tls", "http", "icmp", "tcp"}
+    assert len(OPERATORS) == 12 and len(FIELDS) == 20
+    readme = (RULES / "README.md").read_text()
+    for name in list(OPERATORS) + list(FIELDS):
+        assert f"`{name}`" in readme, name
+
+
+def test_every_problem_is_reported_in_one_pass_with_file_field_and_reason():
+    bad = {"id": "../escape", "title": "", "protocol": "smtp", "category": "Malware", "severity": "Severe",
+           "confidence": 2, "enabled": "yes", "extra": 1,
+           "conditions": [{"field": "dns.qname", "op": "regex", "value": "("},
+                          {"field": "nope", "op": "equals", "value": 1},
+                          {"field": "remote_port", "op": "contains", "value": "x"},
+                          {"field": "bytes_out", "op": "gt", "value": "big"}]}
+    rule, errors = parse_rule(bad, "bad.yaml")
+    assert rule is None
+    text = "\n".join(errors)
+    for fragment in ("bad.yaml: extra: unknown field", "bad.yaml: id:", "bad.yaml: title:", "bad.yaml: description: is required",
+                     "bad.yaml: protocol:", "bad.yaml: category:", "bad.yaml: severity:", "bad.yaml: confidence:",
+                     "bad.yaml: enabled:", "conditions[1].field: unknown field 'nope'", "conditions[2].op: contains does not apply",
+                     "conditions[3].value: must be a number"):
+        assert fragment in text, fragment
+    assert len(errors) >= 11
+
+
+def test_yaml_is_loaded_safely(tmp_path: Path):
+    (tmp_path / "evil.yaml").write_text("!!python/object/apply:os.system ['echo pwned']\n")
+    rules, errors = load_directory(tmp_path)
+    assert rules == [] and errors and errors[0].startswith("evil.yaml:")
+
+
+def test_rest_lists_validates_creates_and_toggles(detecting):
+    rest = detecting.rest
+    status, body = rest.get("/api/v1/signatures")
+    assert status == 200 and body["loaded"] == 16 and body["last_error"] == []
+    status, body = rest.post("/api/v1/signatures/validate", {**RULE, "conditions": [{"field": "http.host", "op": "like", "value": "x"}]})
+    assert status == 422 and "conditions[0].op" in body["error"]
+    assert not (detecting.tmp / "signatures" / "SIG-TEST-001.yaml").exists()
+    status, body = rest.post("/api/v1/signatures", {**RULE, "confidence": "high"})
+    assert status == 422 and not (detecting.tmp / "signatures" / "SIG-TEST-001.yaml").exists()
+    assert rest.post("/api/v1/signatures/validate", RULE)[0] == 200
+    status, body = rest.post("/api/v1/signatures", RULE)
+    assert status == 200 and body["loaded"] == 17
+    path = detecting.tmp / "signatures" / "SIG-TEST-001.yaml"
+    assert yaml.safe_load(path.read_text())["id"] == "SIG-TEST-001"
+    status, body = rest.post("/api/v1/signatures", {**RULE, "title": "Renamed"})  # update in place
+    assert status == 200 and body["loaded"] == 17 and yaml.safe_load(path.read_text())["title"] == "Renamed"
+    status, body = rest.post("/api/v1/signatures/SIG-TEST-001/toggle")
+    assert status == 200 and body["rule"]["enabled"] is False
+    assert yaml.safe_load(path.read_text())["enabled"] is False  # persisted in the file
+    assert rest.post("/api/v1/signatures/NOPE/toggle")[0] == 404
+    status, body = rest.post("/api/v1/signatures", {**RULE, "id": "../../etc/passwd"})
+    assert status == 422 and "id" in body["error"]
+
+
+def test_a_posted_rule_detects_on_the_next_flows(detecting):
+    assert detecting.rest.post("/api/v1/signatures", RULE)[0] == 200
+    sc.stream(detecting.stub(), sc.http_exfiltration())
+    (alert,) = alerts_of(detecting)
+    assert "signature:SIG-TEST-001" in {d["detector"] for d in alert["detections"]}
+
+
+def test_hot_reload_good_file_bad_file_and_burst(detecting):
+    engine = detecting.app.detection.signatures
+    directory = detecting.tmp / "signatures"
+    reloads = engine.reloads
+    (directory / "extra.yaml").write_text(yaml.safe_dump(RULE))
+    assert wait_for(lambda: engine.loaded == 17)
+    assert engine.reloads == reloads + 1
+    # A bad file: the previous set keeps running and the reason is reported.
+    (directory / "broken.yaml").write_text(yaml.safe_dump({**RULE, "id": "SIG-BROKEN", "severity": "Severe"}))
+    assert wait_for(lambda: engine.last_error != [])
+    assert engine.loaded == 17
+    status, body = detecting.rest.get("/api/v1/signatures")
+    assert body["loaded"] == 17 and any("broken.yaml: severity" in e for e in body["last_error"])
+    (directory / "broken.yaml").unlink()
+    assert wait_for(lambda: engine.last_error == [])
+    # A burst of edits within the debounce window gives one reload, of the final content.
+    before = engine.reloads
+    for i in range(20):
+        (directory / "extra.yaml").write_text(yaml.safe_dump({**RULE, "title": f"edit {i}"}))
+        time.sleep(0.01)
+    assert wait_for(lambda: engine.get("SIG-TEST-001").title == "edit 19")
+    time.sleep(0.8)
+    assert engine.reloads == before + 1
+    (directory / "extra.yaml").unlink()
+    assert wait_for(lambda: engine.loaded == 16)
+
+
+def test_reload_never_exposes_a_half_loaded_set(detecting):
+    engine = detecting.app.detection.signatures
+    directory = detecting.tmp / "signatures"
+    seen: set[int] = set()
+    for i in range(5):
+        (directory / f"x{i}.yaml").write_text(yaml.safe_dump({**RULE, "id": f"SIG-X-{i}"}))
+    deadline = time.time() + 3
+    while time.time() < deadline and engine.loaded != 21:
+        seen.add(len(engine.ruleset.rules))
+    seen.add(len(engine.ruleset.rules))
+    assert seen <= {16, 21} and engine.loaded == 21
+    assert detecting.rest.post("/api/v1/signatures/reload")[1]["loaded"] == 21
