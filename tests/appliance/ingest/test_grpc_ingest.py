@@ -152,3 +152,29 @@ def test_a_client_without_certificate_is_refused_at_the_handshake(appliance):
         stub.StreamPackets(iter([wire.packet()]), timeout=5)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     assert appliance.app.ingest.packets_received == 0
+
+
+def test_an_oversized_message_is_refused_and_the_server_keeps_serving(tmp_path, monkeypatch):
+    from tests.conftest import start_appliance
+    monkeypatch.delenv("SENSOR_ADMIN_TOKEN", raising=False)
+    running = start_appliance(tmp_path, grpc={"max_message_bytes": 64 * 1024})
+    try:
+        stub = running.stub()
+        huge = sensor_pb2.PacketBatch(packets=[wire.packet(payload=b"x" * 60000) for _ in range(4)])
+        with pytest.raises(grpc.RpcError) as err:
+            stub.StreamPacketBatches(iter([huge]), metadata=meta(), timeout=10)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert stub.StreamPackets(iter([wire.packet()]), metadata=meta(), timeout=10).packets_received == 1
+    finally:
+        running.app.stop()
+
+
+def test_bytes_that_are_not_protobuf_fail_the_call_not_the_server(appliance):
+    channel = appliance.channel()
+    raw = channel.stream_unary("/sensor.SensorService/StreamPacketBatches",
+                               request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    with pytest.raises(grpc.RpcError) as err:
+        raw(iter([b"\xff\xff\xff\xff\x0f" * 20]), metadata=meta(), timeout=10)
+    assert err.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNKNOWN)
+    assert appliance.stub().StreamPackets(iter([wire.packet()]), metadata=meta()).packets_received == 1
+    assert wait_for(lambda: appliance.app.agents.online == 0)  # the broken stream was closed, not leaked
