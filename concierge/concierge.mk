@@ -1,6 +1,6 @@
 # Concierge (hotel concierge platform API): `make concierge` serves it with a seeded demo hotel.
 # Included at the end of the top-level Makefile; $(STAMP) and $(PY) come from there.
-APT_PACKAGES += nginx redis-server
+APT_PACKAGES += nginx redis-server postgresql
 CONCIERGE_PORT ?= 8080
 
 .PHONY: concierge

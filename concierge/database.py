@@ -126,6 +126,10 @@ class _PgTx:
         import psycopg
 
         try:
+            if sql.lstrip()[:6].upper() == "INSERT":
+                # a savepoint, so a caught constraint violation leaves the transaction usable (as in SQLite)
+                with self.conn.transaction():
+                    return self.conn.execute(self._sql(sql), tuple(params)).rowcount
             return self.conn.execute(self._sql(sql), tuple(params)).rowcount
         except psycopg.errors.IntegrityError as err:
             raise IntegrityError(str(err)) from err

@@ -243,3 +243,54 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _postgres_bin() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))
+    return found[-1].parent if found else None
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL server from Debian's packages on a free loopback port (trust auth, temp dir)."""
+    import tempfile
+
+    bindir = _postgres_bin()
+    if bindir is None:
+        pytest.fail("PostgreSQL is not installed (concierge/concierge.mk adds it to APT_PACKAGES; run make sysdeps)")
+    root = Path(tempfile.mkdtemp(prefix="concierge-pg-"))
+    data = root / "data"
+    as_user: dict[str, Any] = {}
+    if os.geteuid() == 0:  # initdb and postgres refuse to run as root
+        shutil.chown(root, "postgres", "postgres")
+        as_user = {"user": "postgres", "group": "postgres", "extra_groups": []}
+    subprocess.run([str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **as_user)
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-h", "127.0.0.1", "-k", str(root), "-c", "fsync=off", "-c", "max_connections=60"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        **as_user,
+    )
+    try:
+        wait_port(port, timeout=30)
+        import psycopg
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres").close()
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        proc.send_signal(signal.SIGINT)  # fast shutdown
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
