@@ -60,3 +60,29 @@ def test_bad_config_stops_startup_naming_the_key(tmp_path):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "limits.max_flows" in out and "'many'" in out
+
+
+@pytest.mark.slow
+def test_reports_ready_and_stopping_to_systemd(tmp_path):
+    import socket
+    sock_path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(sock_path)
+    sock.settimeout(60)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"""
+grpc: {{listen: "127.0.0.1:0"}}
+rest: {{listen: "127.0.0.1:0"}}
+paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_dir: "{tmp_path}/static", signatures_dir: "{tmp_path}/sig"}}
+""")
+    env = dict(os.environ, NOTIFY_SOCKET=sock_path)
+    proc = subprocess.Popen([sys.executable, "-m", "appliance", "--config", str(config)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert b"READY=1" in sock.recv(4096)
+        proc.send_signal(signal.SIGTERM)
+        assert b"STOPPING=1" in sock.recv(4096)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        sock.close()
