@@ -130,7 +130,7 @@ def resolve_target(target: str) -> list[tuple[int, int]]:
     except OSError:
         log.warning("cannot resolve target %s; its traffic is not excluded from capture", target)
         return []
-    return sorted({(ip_int(info[4][0]), int(port)) for info in infos})
+    return sorted({(ip_int(str(info[4][0])), int(port)) for info in infos})
 
 
 def _read_pem(path: str, key: str) -> bytes:

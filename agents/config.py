@@ -76,8 +76,8 @@ class AgentConfig:
         if not 0 < self.backoff_initial <= self.backoff_max:
             problems.append(f"{source}: backoff_initial: must be > 0 and <= backoff_max (got {self.backoff_initial})")
         if self.target:
-            host, sep, port = self.target.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            host, sep, port_text = self.target.rpartition(":")
+            if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
                 problems.append(f"{source}: target: must be host:port (got {self.target!r})")
         if problems:
             raise ConfigError("\n".join(problems))

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_KEEPALIVE = [
+_KEEPALIVE: list[tuple[str, int | str]] = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.max_send_message_length", 4 * 1024 * 1024),
@@ -48,7 +48,7 @@ class Connection:
     connect_timeout: float = 5.0
 
     def channel(self) -> grpc.Channel:
-        options = list(_KEEPALIVE)
+        options: list[tuple[str, int | str]] = list(_KEEPALIVE)
         if self.insecure:
             return grpc.insecure_channel(self.target, options=options)
         if self.server_name:

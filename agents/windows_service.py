@@ -35,9 +35,11 @@ def settings_from_registry(values: dict[str, str]) -> dict[str, Any]:
 
 
 def read_registry(product: str) -> dict[str, str]:  # pragma: no cover - Windows only
+    values: dict[str, str] = {}
+    if sys.platform != "win32":
+        return values
     import winreg
 
-    values: dict[str, str] = {}
     try:
         with winreg.OpenKey(winreg.HKEY_LOCAL_MACHINE, rf"SOFTWARE\{product}") as key:
             for name in ("TargetUrl", "MachineId", "ServerName", "CertDir"):

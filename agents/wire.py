@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from agents.model import CapturedPacket, ProcessEvent
+from agents.model import INBOUND, OUTBOUND, CapturedPacket, ProcessEvent
 
 try:
     from agents.generated import sensor_pb2, sensor_pb2_grpc
 except ImportError as err:  # pragma: no cover - a source checkout without `make agents-gen`
     raise ImportError("agents/generated is missing: run `make agents-gen` (protobuf codegen)") from err
 
-_PROCESS_KINDS = {"start": 1, "exit": 2}
+# Enum values as the generated stubs type them.
+_PROCESS_KINDS = {"start": sensor_pb2.ProcessEvent.START, "exit": sensor_pb2.ProcessEvent.EXIT}
+_DIRECTIONS = {OUTBOUND: sensor_pb2.OUTBOUND, INBOUND: sensor_pb2.INBOUND}
 
 Stub = sensor_pb2_grpc.SensorServiceStub
 
@@ -22,7 +24,7 @@ def packet_batch(packets: Sequence[CapturedPacket]) -> Iterable[object]:
     batch = sensor_pb2.PacketBatch()
     batch.packets.extend(
         make(local_ip=p.local_ip, remote_ip=p.remote_ip, local_port=p.local_port, remote_port=p.remote_port,
-             protocol=p.protocol, timestamp=p.timestamp_ms, direction=p.direction, size=p.size,
+             protocol=p.protocol, timestamp=p.timestamp_ms, direction=_DIRECTIONS[p.direction], size=p.size,
              payload=p.payload, tcp_flags=p.tcp_flags, pid=p.pid, process_name=p.process_name)
         for p in packets
     )

@@ -56,7 +56,8 @@ class WinsockApi:  # pragma: no cover - Windows only
 
     def local_addresses(self) -> list[str]:
         infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
-        return sorted({info[4][0] for info in infos if not info[4][0].startswith("127.")})
+        addresses = {str(info[4][0]) for info in infos}
+        return sorted(a for a in addresses if not a.startswith("127."))
 
     def open(self, address: str) -> RawSocket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_IP)
