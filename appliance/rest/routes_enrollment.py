@@ -12,6 +12,7 @@ import bottle
 from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.artifacts import (
+    CA_FILE,
     ArtifactError,
     ArtifactStore,
     BadName,
@@ -197,6 +198,8 @@ def install(
         if any(key != "file" for key, _ in files):
             raise Unprocessable("file", "file parts must be named 'file' (the target path is their filename)")
         names = [upload.raw_filename for _, upload in files]
+        if CA_FILE in names:
+            raise Unprocessable("file", f"{CA_FILE} is the appliance's own CA certificate")
         if len(set(names)) != len(names):
             raise Unprocessable("file", "the same target name appears twice")
         fields = {key: value for key, value in form.allitems() if isinstance(value, str)}

@@ -126,7 +126,7 @@ def test_an_upload_without_content_length_answers_411(deployable):
 
 
 @pytest.mark.parametrize("name", ["../escape.bin", "/etc/cron.d/x", "a/../../x", "manifest.json", "agent.key",
-                                  ".hidden", "a//b", "a\\..\\b", "dir/", ""])
+                                  ".hidden", "a//b", "a\\..\\b", "dir/", "", "ca.pem"])
 def test_hostile_target_names_are_refused(deployable, name):
     status, body = upload(deployable, [(name, b"payload")])
     assert status in (422, 400), (name, status, body)
