@@ -124,10 +124,11 @@ def _field_errors(err: ValidationError, location: str) -> list[dict[str, Any]]:
     return out
 
 
-def _dump(model: type[BaseModel], result: Any) -> Any:
-    if isinstance(result, model):
-        return result.model_dump(mode="json", by_alias=True)
-    return model.model_validate(result).model_dump(mode="json", by_alias=True)
+def _dump(model: type[BaseModel], result: Any) -> str:
+    """The response body as JSON text, serialised by pydantic-core (no intermediate dicts)."""
+    if not isinstance(result, model):
+        result = model.model_validate(result)
+    return result.model_dump_json(by_alias=True)
 
 
 class SchemaPlugin:
@@ -157,7 +158,7 @@ class SchemaPlugin:
             if endpoint.response is None:
                 return ""
             bottle.response.content_type = "application/json"
-            return json.dumps(_dump(endpoint.response, result), separators=(",", ":"))
+            return _dump(endpoint.response, result)
 
         return wrapper
 
