@@ -66,19 +66,23 @@ class Lab:
 
     @classmethod
     def create(cls) -> Lab:
-        lab = cls(10 + os.getpid() % 100)
-        try:
-            lab._build()
-        except BaseException:
-            lab.close()
-            raise
-        return lab
+        """A lab on the first free index from this process's: another run's lab is never touched."""
+        for offset in range(100):
+            lab = cls(10 + (os.getpid() + offset) % 100)
+            # Claiming the agent namespace name is the lock: `ip netns add` fails when it exists.
+            if run("ip", "netns", "add", lab.agent_ns, check=False).returncode != 0:
+                continue
+            try:
+                lab._build()
+            except BaseException:
+                lab.close()
+                raise
+            return lab
+        raise RuntimeError("no free lab index (leftover lab*-agent namespaces? see `ip netns list`)")
 
     def _build(self) -> None:
-        self.close()  # leftovers of a crashed run with the same index
         root_addr, agent_up = self.uplink
         agent_addr, peer_addr = self.link
-        run("ip", "netns", "add", self.agent_ns)
         run("ip", "netns", "add", self.peer_ns)
         run("ip", "link", "add", self.root_if, "type", "veth", "peer", "name", "eth0", "netns", self.agent_ns)
         run("ip", "addr", "add", f"{root_addr}/24", "dev", self.root_if)
