@@ -18,6 +18,7 @@ from concierge.database import Database, Row
 log = logging.getLogger(__name__)
 
 COOKIE = "concierge_session"
+CSRF_COOKIE = "concierge_csrf"  # readable by same-origin JS (double-submit helper); the server checks the session's token
 
 
 class PasswordHasher:
@@ -178,10 +179,12 @@ class SessionService:
             return True
         return self.trust_proxy and request.headers.get("X-Forwarded-Proto", "").lower() == "https"
 
-    def set_cookie(self, request: bottle.BaseRequest, response: bottle.BaseResponse, session_id: str) -> None:
-        response.set_cookie(
-            COOKIE, session_id, path="/", httponly=True, samesite="lax", secure=self.secure_cookie(request), max_age=self.absolute
-        )
+    def set_cookie(self, request: bottle.BaseRequest, response: bottle.BaseResponse, session_id: str, csrf: str) -> None:
+        secure = self.secure_cookie(request)
+        response.set_cookie(COOKIE, session_id, path="/", httponly=True, samesite="lax", secure=secure, max_age=self.absolute)
+        response.set_cookie(CSRF_COOKIE, csrf, path="/", samesite="lax", secure=secure, max_age=self.absolute)
 
     def clear_cookie(self, request: bottle.BaseRequest, response: bottle.BaseResponse) -> None:
-        response.set_cookie(COOKIE, "", path="/", httponly=True, samesite="lax", secure=self.secure_cookie(request), max_age=0)
+        secure = self.secure_cookie(request)
+        response.set_cookie(COOKIE, "", path="/", httponly=True, samesite="lax", secure=secure, max_age=0)
+        response.set_cookie(CSRF_COOKIE, "", path="/", samesite="lax", secure=secure, max_age=0)

@@ -76,10 +76,6 @@ class ConciergeAi:
         return self.provider.answer(question, self.knowledge(org_id))
 
 
-class _Store(RecordStore):
-    pass
-
-
 def routes(ai: ConciergeAi, store: RecordStore) -> list:
     def org(c: Call) -> str:
         return c.auth.organization_id

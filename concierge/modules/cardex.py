@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from concierge.api import Access, Call, Email, Endpoint, Id, OutSchema, QuerySchema, Schema
 from concierge.clock import Clock, new_id
 from concierge.database import Database, Row, Tx
-from concierge.errors import BadRequest, NotFound
+from concierge.errors import BadRequest, NotFound, ValidationFailed
 from concierge.mail import Mailer
 from concierge.outbox import enqueue
 from concierge.pubsub import PubSub
@@ -20,7 +20,6 @@ from concierge.statemachines import CHECK_IN
 log = logging.getLogger(__name__)
 
 GuestStatus = Literal["expected", "arrived", "no_show", "checked_out", "canceled"]
-Phone = str
 
 
 class GuestFields(Schema):
@@ -144,7 +143,7 @@ class GuestStore:
         return rows, int(total["n"]) if total else 0
 
     @staticmethod
-    def get(tx: Tx, org_id: str, guest_id: str, lock: bool = False) -> Row:
+    def get(tx: Tx, org_id: str, guest_id: str) -> Row:
         row = tx.one("SELECT * FROM guests WHERE id = ? AND organization_id = ?", (guest_id, org_id))
         if row is None:
             raise NotFound("Guest not found")
@@ -202,8 +201,6 @@ class CardexService:
             self._check_user(tx, org_id, values.get("user_id"))
             merged = {**{k: current[k] for k in ("arrival_date", "departure_date")}, **{k: (v.isoformat() if isinstance(v, date) else v) for k, v in values.items()}}
             if merged["arrival_date"] and merged["departure_date"] and merged["departure_date"] < merged["arrival_date"]:
-                from concierge.errors import ValidationFailed
-
                 raise ValidationFailed([{"location": "body", "field": "departureDate", "message": "departureDate must not be before arrivalDate", "type": "value_error"}])
             if values:
                 self.store.update(tx, org_id, guest_id, values, self.clock.iso())

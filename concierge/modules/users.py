@@ -240,12 +240,12 @@ def routes(service: UserService) -> list:
 
     def sign_up(call: Call) -> SessionOut:
         user_id, sid, csrf = service.sign_up(call.body)
-        service.sessions.set_cookie(bottle.request, bottle.response, sid)
+        service.sessions.set_cookie(bottle.request, bottle.response, sid, csrf)
         return _session_out(service, user_id, csrf, service.sessions.store.first_organization(user_id))
 
     def sign_in(call: Call) -> SessionOut:
         user_id, sid, csrf = service.sign_in(call.body.email, call.body.password, call.auth)
-        service.sessions.set_cookie(bottle.request, bottle.response, sid)
+        service.sessions.set_cookie(bottle.request, bottle.response, sid, csrf)
         return _session_out(service, user_id, csrf, service.sessions.store.first_organization(user_id))
 
     def sign_out(call: Call) -> None:
@@ -257,7 +257,7 @@ def routes(service: UserService) -> list:
 
     def switch(call: Call) -> SessionOut:
         sid, csrf = service.switch(call.auth, call.body.organization_id)
-        service.sessions.set_cookie(bottle.request, bottle.response, sid)
+        service.sessions.set_cookie(bottle.request, bottle.response, sid, csrf)
         return _session_out(service, call.auth.user_id, csrf, call.body.organization_id)
 
     def list_members(call: Call) -> MembershipList:

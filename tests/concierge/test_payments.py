@@ -50,16 +50,22 @@ def test_missing_idempotency_key_is_422(hotel: Hotel) -> None:
 
 
 def test_key_in_flight_is_409(make_concierge) -> None:
-    from concierge.app import build  # noqa: F401  (the provider below is slow, like a network round trip)
-
     concierge, base = make_concierge()
-    concierge.services["payments"].provider = SandboxProvider(latency=1.0)
+    concierge.services["payments"].provider = SandboxProvider(latency=2.0)
     hotel = make_hotel(concierge, base)
     staff = hotel.client("staff")
     results: list[int] = []
     first = threading.Thread(target=lambda: results.append(_create(staff, "slow-1").status_code))
     first.start()
-    time.sleep(0.3)
+
+    def in_flight() -> bool:
+        with concierge.db.transaction(write=False) as tx:
+            return tx.one("SELECT state FROM idempotency_keys WHERE idem_key = 'slow-1'") is not None
+
+    deadline = time.monotonic() + 10
+    while not in_flight():  # the first request holds the key while the provider call runs
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
     second = _create(hotel.client("staff"), "slow-1")
     first.join()
     assert results == [201]

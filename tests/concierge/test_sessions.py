@@ -7,7 +7,8 @@ from tests.concierge.conftest import PASSWORD, Client, Hotel
 
 
 def _cookie_header(resp) -> str:
-    return next(v for k, v in resp.raw.headers.items() if k.lower() == "set-cookie")
+    """The Set-Cookie header of the session cookie."""
+    return next(v for k, v in resp.raw.headers.items() if k.lower() == "set-cookie" and v.startswith("concierge_session="))
 
 
 def test_sign_in_sets_an_httponly_samesite_lax_cookie(hotel: Hotel) -> None:
@@ -16,6 +17,7 @@ def test_sign_in_sets_an_httponly_samesite_lax_cookie(hotel: Hotel) -> None:
     assert "httponly" in header and "samesite=lax" in header and "secure" not in header
     body = resp.json()
     assert body["auth"] == {"userId": body["user"]["id"], "organizationId": hotel.org_id, "role": "staff"}
+    assert resp.cookies["concierge_csrf"] == body["csrfToken"]  # for same-origin JS (Swagger UI); not HttpOnly
 
 
 def test_cookie_is_secure_behind_a_proxy_that_says_https(make_concierge) -> None:
