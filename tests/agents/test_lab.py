@@ -209,6 +209,15 @@ def exercise(lab: Lab, enrolled: Enrolled, argv: list[str], log: Path) -> None:
         tls_flow = conversation(running, agent_id, remote_port=8443, local_port=tls["local"][1])
         assert tls_flow and tls["pid"] in tls_flow["pids"], tls_flow  # attributed through /proc
 
+        # StreamProcesses (no REST view of these yet): a process's start and exit reach the appliance.
+        def events_of(pid: int) -> list[tuple[object, object]]:
+            return [(e["kind"], e["name"]) for e in running.app.ingest.process_events.get(agent_id, ()) if e["pid"] == pid]
+
+        sleeper = lab.spawn(lab.agent_ns, "sleep", "60")
+        assert wait_for(lambda: events_of(sleeper.pid)) == [("start", "sleep")]
+        lab.stop(sleeper)
+        assert wait_for(lambda: len(events_of(sleeper.pid)) == 2 and events_of(sleeper.pid))[-1] == ("exit", "sleep")
+
         # The agent's own stream to the appliance is never captured.
         grpc_port = running.app.grpc_port
         assert not [f for f in flows_of(running, agent_id) if grpc_port in (f["remote_port"], f["local_port"])]
