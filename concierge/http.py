@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 import bottle
 from cheroot import wsgi
 
-from concierge.errors import ConciergeError, ServiceUnavailable
+from concierge.errors import ConciergeError, ServiceUnavailable, UpstreamError
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,10 @@ class ErrorPlugin:
                 return callback(**kwargs)
             except bottle.HTTPResponse:
                 raise
+            except UpstreamError as err:  # details go to the log, not to the client
+                rid = bottle.request.environ.get("concierge.request_id", "-")
+                log.warning("upstream failure request_id=%s path=%s error=%s", rid, bottle.request.path, err)
+                return render(UpstreamError(UpstreamError.message + ", retry later"))
             except ConciergeError as err:
                 return render(err)
             except Exception:
