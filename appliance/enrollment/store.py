@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import sqlite3
 import threading
@@ -107,13 +108,15 @@ class EnrollmentStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        # Created 0600 before SQLite opens it: its -wal and -shm files inherit the database's mode.
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        path.chmod(0o600)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=10)
         self._lock = threading.RLock()
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
-        path.chmod(0o600)
 
     def close(self) -> None:
         with self._lock:
