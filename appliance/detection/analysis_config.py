@@ -80,6 +80,10 @@ class BeaconingConfig(_Section):
     min_interval_s: Annotated[float, Field(ge=0)] = 5.0  # faster than this is a stream, not a beacon
     history: Annotated[int, Field(ge=4, le=10_000)] = 64
     ignore_ports: list[Annotated[int, Field(ge=0, le=65535)]] = Field(default_factory=lambda: [53, 123, 5353, 67, 68, 137, 138])
+    # A destination this many agents talk to within `prevalence_window_s` is shared infrastructure
+    # (push services, update checks): its periodic traffic raises no beaconing. 0 turns this off.
+    common_destination_agents: Annotated[int, Field(ge=0, le=1_000_000)] = 5
+    prevalence_window_s: Seconds = 3600.0
 
 
 class VolumeConfig(_Section):

@@ -104,6 +104,7 @@ class BehaviourLayer:
         self._config = config
         self._volume: dict[str, _Volume] = {}
         self._series: dict[tuple[str, int, int], deque[tuple[int, int]]] = {}
+        self._visitors: dict[tuple[int, int], dict[str, int]] = {}  # destination -> agent -> last seen ns
         self._throttle = Throttle()
 
     def analyze(self, flow: FlowRecord) -> list[Detection]:
@@ -151,6 +152,13 @@ class BehaviourLayer:
                       "baseline_buckets": stats.n, "top_destination_bytes": state.by_remote[top_ip], "reason": reason},
             flow_ids=list(state.flow_ids), first_ns=bucket * int(c.bucket_s * _NS), last_ns=flow.last_ns, remote_ip=address)]
 
+    @staticmethod
+    def _prevalence(visitors: dict[str, int], now_ns: int, window_s: float) -> int:
+        horizon = now_ns - int(window_s * _NS)
+        for agent in [a for a, seen in visitors.items() if seen < horizon]:
+            del visitors[agent]
+        return len(visitors)
+
     def _analyze_beaconing(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
         c = config.beaconing
         if flow.packets_out == 0 or flow.remote_port in c.ignore_ports or flow.local_port in c.ignore_ports:
@@ -164,7 +172,16 @@ class BehaviourLayer:
                 self._series.clear()
             series = self._series[key] = deque(maxlen=c.history)
         series.append((flow.first_ns, flow.bytes_out))
+        visitors = self._visitors.get(key[1:])
+        if visitors is None:
+            if len(self._visitors) >= _MAX_KEYS:
+                self._visitors.clear()
+            visitors = self._visitors[key[1:]] = {}
+        visitors[flow.agent_id] = flow.last_ns
         if len(series) < c.min_connections:
+            return []
+        prevalence = self._prevalence(visitors, flow.last_ns, c.prevalence_window_s)
+        if c.common_destination_agents and prevalence >= c.common_destination_agents:
             return []
         scores = beacon_scores([s for s, _ in series], [b for _, b in series], c.min_interval_s)
         if scores is None or scores["connections"] < c.min_connections or scores["interval_cv"] > c.max_cv:
@@ -180,5 +197,5 @@ class BehaviourLayer:
         return [make_detection(
             "behaviour.beaconing", Category.BEACONING, confidence, Severity.MEDIUM, agent_id=flow.agent_id,
             indicator=address, protocol=transport_name(flow), transport=transport_name(flow),
-            evidence={**scores, "remote_port": flow.remote_port, "reason": reason},
+            evidence={**scores, "remote_port": flow.remote_port, "prevalence_agents": prevalence, "reason": reason},
             flow_ids=[flow.flow_id], first_ns=min(s for s, _ in series), last_ns=flow.last_ns, remote_ip=address)]

@@ -10,6 +10,7 @@ import bisect
 import ipaddress
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 
 from appliance.model import DnsMessage
 
@@ -89,6 +90,7 @@ class ResolverCache:
         return first is not None and (first - at_ns) / 1e9 <= slack_s
 
 
+@lru_cache(maxsize=65536)
 def is_private(address: str) -> bool:
     try:
         ip = ipaddress.ip_address(address)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ class Condition:
     field: str
     op: str
     value: Any
-    test: Callable[[Any], bool] = field(compare=False, repr=False)
+    test: Callable[[Any], bool] = dataclass_field(compare=False, repr=False)
 
 
 @dataclass(frozen=True)

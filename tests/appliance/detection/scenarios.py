@@ -175,6 +175,27 @@ def benign_office(n: int, minutes: float = 30.0, start_ms: int = T0_MS, seed: in
                 s.tls(t + 40, address, name, rng.randint(800, 6000), rng.randint(5_000, 400_000))
             t += rng.randint(50, 800)
         t += rng.randint(15_000, 90_000)
+    cdn_names = [  # what browsers and office suites really resolve: hashed CDN, video and telemetry names
+        f"e{rng.randint(1000, 99999)}.dscb.akamaiedge.net", f"r{rng.randint(1, 9)}---sn-{rng.choice(['4g5e6nzz', 'ab5l6ne6', 'hgn7yn7d'])}.googlevideo.com",
+        f"d{hashlib.md5(str(rng.random()).encode()).hexdigest()[:13]}.cloudfront.net", "v10.events.data.microsoft.com",
+        f"prod-{rng.randint(10, 99)}-{hashlib.sha1(str(n).encode()).hexdigest()[:8]}.s3.us-east-1.amazonaws.com",
+        "self.events.data.microsoft.com", "fonts.gstatic.com", "safebrowsing.googleapis.com",
+        "outlook.office365.com", "login.microsoftonline.com", "graph.microsoft.com", "substrate.office.com",
+    ]
+    t = start_ms + rng.randint(0, 30_000)
+    while t < end:
+        name = rng.choice(cdn_names)
+        address = s.dns(t, name)[0]
+        s.tls(t + 30, address, name, rng.randint(600, 3000), rng.randint(2_000, 900_000))
+        t += rng.randint(5_000, 60_000)
+    if n % 5:  # a sync client long-polling its push service every minute, as most of the office runs it
+        push = "bolt.dropbox.com"
+        address = address_of(push)
+        t = start_ms + rng.randint(0, 60_000)
+        while t < end:
+            s.dns(t, push)
+            s.tls(t + 20, address, push, 700, 600)
+            t += 60_000 + rng.randint(-500, 500)
     ntp_server = "162.159.200.1"
     t = start_ms + rng.randint(0, 64_000)
     while t < end:
@@ -347,8 +368,68 @@ def batches(packets: Iterable[NetworkPacket], size: int = 500) -> Iterator[senso
         yield sensor_pb2.PacketBatch(packets=chunk)
 
 
+def stream_together(running: object, streams: list[Stream], slice_ms: int = 60_000) -> int:
+    """Stream several agents at once, one open gRPC stream each, advancing event time in step.
+
+    Each slice of event time is fully ingested for every agent before the next is sent, as when
+    agents stream live side by side; returns the packets accepted.
+    """
+    import queue
+    import threading
+    import time
+
+    app = running.app  # type: ignore[attr-defined]
+    stub = running.stub()  # type: ignore[attr-defined]
+    queues: list[queue.Queue[object]] = [queue.Queue() for _ in streams]
+    replies: list[object] = [None] * len(streams)
+
+    def run(i: int) -> None:
+        replies[i] = stub.StreamPacketBatches(iter(queues[i].get, None), metadata=[("x-machine-id", streams[i].machine_id)])
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(streams))]
+    for thread in threads:
+        thread.start()
+    ordered = [st.sorted() for st in streams]
+    cursor = [0] * len(streams)
+    t = min(p[0].timestamp for p in ordered if p)
+    last = max(p[-1].timestamp for p in ordered if p)
+    expected = app.ingest.packets_received
+    while t <= last:
+        t += slice_ms
+        for i, packets in enumerate(ordered):
+            j = cursor[i]
+            while j < len(packets) and packets[j].timestamp < t:
+                j += 1
+            for batch in batches(packets[cursor[i] : j]):
+                queues[i].put(batch)
+            expected += j - cursor[i]
+            cursor[i] = j
+        deadline = time.time() + 30
+        while app.ingest.packets_received < expected and time.time() < deadline:
+            time.sleep(0.002)
+    for q in queues:
+        q.put(None)
+    for thread in threads:
+        thread.join(30)
+    return sum(int(r.packets_received) for r in replies)  # type: ignore[attr-defined]
+
+
 def stream(stub: object, s: Stream, packets: list[NetworkPacket] | None = None) -> int:
     """Send one agent's packets over a real gRPC stream; the stream's end flushes its flows."""
     reply = stub.StreamPacketBatches(batches(packets if packets is not None else s.sorted()),  # type: ignore[attr-defined]
                                      metadata=[("x-machine-id", s.machine_id)])
     return int(reply.packets_received)
+
+
+def volume_spike(start_ms: int = T0_MS) -> Stream:
+    """25 minutes of ordinary browsing uploads, then 300 MB sent in one flow to a non-web port."""
+    s = Stream("victim-volume", agent_ip(111))
+    rng = random.Random(11)
+    t = start_ms
+    while t < start_ms + 25 * 60_000:
+        name = f"www.{rng.choice(BENIGN_SITES)}.com"
+        address = s.dns(t, name)[0]
+        s.tls(t + 40, address, name, rng.randint(50_000, 400_000), rng.randint(100_000, 2_000_000))
+        t += rng.randint(10_000, 40_000)
+    s.tcp(t, "198.51.100.20", 9000, b"\x00" * 64, 300_000_000, 20_000)
+    return s

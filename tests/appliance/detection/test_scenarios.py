@@ -58,16 +58,28 @@ def test_beacon_alert_shows_sub_scores_and_tolerates_a_missed_beat(detecting):
 
 @pytest.mark.slow
 def test_thirty_minutes_of_office_traffic_from_twenty_agents_raises_no_alert(detecting):
-    stub = detecting.stub()
-    sent = 0
-    span_ms = 0
-    for n in range(20):
-        stream = sc.benign_office(n, minutes=30)
-        packets = stream.sorted()
-        span_ms = max(span_ms, packets[-1].timestamp - packets[0].timestamp)
-        sent += sc.stream(stub, stream, packets)
-    assert span_ms >= 29 * 60_000
+    streams = [sc.benign_office(n, minutes=32) for n in range(20)]
+    first = min(p.timestamp for s in streams for p in s.packets)
+    last = max(p.timestamp for s in streams for p in s.packets)
+    assert last - first >= 30 * 60_000
+    sent = sc.stream_together(detecting, streams)
+    assert sent == sum(len(s.packets) for s in streams)
     assert alerts_of(detecting) == []
     status, metrics = detecting.rest.get("/api/v1/metrics")
     assert metrics["flows_processed"] > 3000 and metrics["analysis_errors"] == 0
     assert metrics["active_alerts"] == 0 and sent > 50_000
+
+
+def test_volume_spike_after_a_baseline_is_a_volume_anomaly(detecting):
+    sc.stream(detecting.stub(), sc.volume_spike())
+    (alert,) = alerts_of(detecting)
+    assert alert["category"] == "VolumeAnomaly" and alert["indicator"] == "198.51.100.20"
+    volume = next(d for d in alert["detections"] if d["detector"] == "behaviour.volume")
+    assert volume["evidence"]["z_score"] > 3 and volume["evidence"]["baseline_buckets"] >= 20
+
+
+def test_a_beacon_among_office_traffic_is_still_found_while_the_shared_push_service_is_not(detecting):
+    streams = [sc.benign_office(n, minutes=20) for n in range(8)] + [sc.beaconing()]  # 6 of 8 use the push service
+    sc.stream_together(detecting, streams)
+    alerts = alerts_of(detecting)
+    assert [(a["category"], a["indicator"]) for a in alerts] == [("Beaconing", sc.address_of("telemetry.beacon-example.com"))]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from appliance.detection.signatures.fields import FIELDS
@@ -92,6 +93,7 @@ def test_a_posted_rule_detects_on_the_next_flows(detecting):
     assert "signature:SIG-TEST-001" in {d["detector"] for d in alert["detections"]}
 
 
+@pytest.mark.slow
 def test_hot_reload_good_file_bad_file_and_burst(detecting):
     engine = detecting.app.detection.signatures
     directory = detecting.tmp / "signatures"

@@ -1,0 +1,147 @@
+"""Detector and correlation behaviour on real objects (no gRPC): the math the docs promise."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from pathlib import Path
+
+import pytest
+
+from appliance.detection.alerts import AlertChannel, AlertStore
+from appliance.detection.analysis_config import AnalysisConfig, AnalysisConfigHolder, CorrelationConfig
+from appliance.detection.behaviour import beacon_scores
+from appliance.detection.correlation import Correlator, combine
+from appliance.detection.database import DetectionDatabase
+from appliance.detection.domains import RegisteredDomains
+from appliance.detection.dpi.dga import NameScorer
+from appliance.detection.dpi.icmp import is_ping_pattern
+from appliance.model import Category, Detection, Severity
+from tests.appliance.detection import dga_families
+from tests.appliance.detection.scenarios import BENIGN_SITES
+
+NS = 1_000_000_000
+
+
+def det(detector: str, confidence: float, t_s: float, indicator: str = "evil.example", agent: str = "a1",
+        category: Category = Category.DNS_TUNNELING, severity: Severity = Severity.MEDIUM) -> Detection:
+    ns = int(t_s * NS)
+    return Detection(detector, category, confidence, severity, agent, indicator, {"reason": "test"}, ["f1"], ns, ns)
+
+
+@pytest.fixture
+def correlation(tmp_path: Path):
+    db = DetectionDatabase(tmp_path / "d.db")
+    store = AlertStore(db)
+    channel = AlertChannel()
+    events: list[tuple[str, str]] = []
+    channel.subscribe(store.save)
+    channel.subscribe(lambda event, alert: events.append((event, alert.id)))
+    correlator = Correlator(AnalysisConfigHolder(AnalysisConfig()), store, channel)
+    yield correlator, store, events
+    db.close()
+
+
+def test_combined_probability_decay_and_diversity_bonus():
+    c = CorrelationConfig()
+    a, b = det("x", 0.5, 0), det("y", 0.5, 0)
+    assert combine([(a, 0.5)], c) == pytest.approx(0.5)
+    assert combine([(a, 0.5), (b, 0.5)], c) == pytest.approx(0.75 * 1.1)
+    many = [(det(f"d{i}", 0.1, 0), 0.1) for i in range(6)]
+    assert combine(many, c) == pytest.approx((1 - 0.9 ** 6) * 1.3)  # five extra detectors, bonus capped at +30%
+    assert combine([(a, 0.99), (b, 0.99)], c) == 0.99
+
+
+def test_a_single_signal_never_alerts_and_two_do(correlation):
+    correlator, store, events = correlation
+    assert correlator.correlate([det("dpi.x", 0.95, 0)]) == 0
+    assert store.query() == []
+    assert correlator.correlate([det("dpi.y", 0.5, 10)]) == 1
+    (alert,) = store.query()
+    assert alert.confidence > 0.9 and alert.severity == Severity.HIGH  # escalated from Medium above 0.9
+    assert events == [("opened", alert.id)]
+
+
+def test_weak_pairs_and_old_detections_do_not_alert(correlation):
+    correlator, store, _ = correlation
+    correlator.correlate([det("dpi.x", 0.3, 0), det("dpi.x", 0.3, 1)])  # P = 0.51 < 0.6
+    assert store.query() == []
+    correlator.correlate([det("dpi.a", 0.7, 1000)])
+    correlator.correlate([det("dpi.b", 0.7, 1000 + 301)])  # the first fell out of the 5-minute window
+    assert store.query() == []
+    correlator.correlate([det("dpi.c", 0.7, 2000)])
+    correlator.correlate([det("dpi.d", 0.7, 2000 + 299)])  # still inside, decayed by ~half
+    (alert,) = store.query()
+    assert 0.6 <= alert.confidence < 0.9
+
+
+def test_an_open_alert_is_updated_and_a_closed_one_is_not_reused(correlation):
+    correlator, store, events = correlation
+    correlator.correlate([det("dpi.x", 0.7, 0), det("dpi.y", 0.7, 1)])
+    (alert,) = store.query()
+    correlator.correlate([det("dpi.z", 0.4, 100)])
+    (updated,) = store.query()
+    assert updated.id == alert.id and updated.detection_count == 3 and [e for e, _ in events] == ["opened", "updated"]
+    store.set_status(alert.id, "Resolved")
+    correlator.correlate([det("dpi.x", 0.7, 200), det("dpi.y", 0.7, 201)])
+    assert len(store.query()) == 2 and store.active == 1
+
+
+def test_protocol_category_wins_over_behaviour_in_one_group(correlation):
+    correlator, store, _ = correlation
+    correlator.correlate([det("behaviour.beaconing", 0.8, 0, category=Category.BEACONING),
+                          det("behaviour.beaconing", 0.8, 60, category=Category.BEACONING),
+                          det("dpi.http.encoded_data", 0.5, 61, category=Category.HTTP_COVERT_CHANNEL)])
+    (alert,) = store.query()
+    assert alert.category == "HttpCovertChannel"
+
+
+def test_dga_names_score_high_and_benign_names_low():
+    scorer = NameScorer.load()
+    domains = RegisteredDomains()
+    day = dt.date(2024, 5, 1)
+    for family in (dga_families.cryptolocker(day, 50), dga_families.locky(day, 50), dga_families.ramnit(0x1234, 50)):
+        scores = [scorer.score(domains.split(d)[1]) for d in family]
+        assert sum(s >= 0.5 for s in scores) / len(scores) >= 0.4
+    benign = [scorer.score(s) for s in BENIGN_SITES]
+    assert sum(s >= 0.5 for s in benign) / len(benign) < 0.03
+
+
+def test_registered_domain_follows_the_public_suffix_list():
+    domains = RegisteredDomains()
+    assert domains.registered("a.b.example.co.uk") == "example.co.uk"
+    assert domains.split("x.y.tunnel.com") == ("tunnel.com", "tunnel")
+    assert domains.registered("foo.blogspot.com") == "foo.blogspot.com"
+
+
+@pytest.mark.parametrize("jitter", [0.0, 0.1, 0.2])
+def test_beaconing_survives_jitter_and_a_missed_beat(jitter):
+    rng = random.Random(7)
+    t, starts = 0.0, []
+    for beat in range(20):
+        if beat != 9:
+            starts.append(int(t * NS))
+        t += 60 * rng.uniform(1 - jitter, 1 + jitter)
+    scores = beacon_scores(starts, [900] * len(starts), 5.0)
+    assert scores is not None and scores["interval_cv"] < 0.15 and scores["missed_beats"] >= 1
+
+
+def test_irregular_browsing_is_not_a_beacon():
+    rng = random.Random(3)
+    t, starts = 0.0, []
+    for _ in range(30):
+        starts.append(int(t * NS))
+        t += rng.expovariate(1 / 60)
+    scores = beacon_scores(starts, [rng.randint(500, 50_000) for _ in starts], 5.0)
+    assert scores is not None and scores["interval_cv"] > 0.15
+
+
+def test_ping_patterns():
+    stamp = bytes(16)
+    assert is_ping_pattern(stamp + bytes(range(0x10, 0x10 + 40)))  # Linux ping -s 56
+    assert is_ping_pattern(stamp + bytes((0x10 + i) & 0xFF for i in range(1384)))  # ping -s 1400
+    assert is_ping_pattern(b"abcdefghijklmnopqrstuvwabcdefghi")  # Windows
+    assert is_ping_pattern(stamp + b"\xff" * 40)  # ping -p ff
+    rng = random.Random(1)
+    assert not is_ping_pattern(bytes(rng.getrandbits(8) for _ in range(64)))
+    assert not is_ping_pattern(b"whoami /all & net user & ipconfig /all")
