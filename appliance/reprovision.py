@@ -158,7 +158,7 @@ class ReleaseClient:
         return parse_release(data, max_file_bytes)
 
     def open_file(self, name: str) -> BinaryIO:
-        return self._open(quote(name))  # type: ignore[no-any-return]
+        return self._open(quote(name))
 
 
 def _loopback(host: str) -> bool:

@@ -4,8 +4,9 @@
 # machine: the certificate is replaced, the machine id is kept, no second agent is created.
 # Every quoted value below was embedded and validated by the appliance.
 #
-# SENSOR_INSTALL_ROOT=/some/dir installs under that directory instead of / (no root needed) and
-# SENSOR_SKIP_SERVICE=1 leaves systemd/launchd alone: both exist for packaging and tests.
+# SENSOR_INSTALL_ROOT=/some/dir installs under that directory instead of / (no root needed, and
+# systemd/launchd are left alone); SENSOR_SKIP_SERVICE=1 leaves them alone when installing into /
+# (image building). Both exist for packaging and tests.
 set -eu
 
 # Everything runs from main(), called on the last line: a download cut short runs nothing.
@@ -65,7 +66,7 @@ main() {
     put_b64 "$CA_B64" "$ROOT$CERT_DIR/ca.pem" 0600
     put_b64 "$CERT_B64" "$ROOT$CERT_DIR/agent.pem" 0600
     put_b64 "$KEY_B64" "$ROOT$CERT_DIR/agent.key" 0600
-    say "certificates written to $CERT_DIR"
+    say "certificates written to $CERT_DIR (CN sensor-agent-$TOKEN_PREFIX)"
 
     # STEP 3: the agent binary from /static, over TLS pinned to the appliance's key.
     mkdir -p "$(dirname "$ROOT$BIN")"
@@ -144,8 +145,8 @@ WantedBy=multi-user.target
 EOF
     chmod 0644 "$ROOT$unit.part.$$"
     mv -f "$ROOT$unit.part.$$" "$ROOT$unit"
-    if [ "$SKIP_SERVICE" = 1 ]; then
-        say "SENSOR_SKIP_SERVICE=1: not touching systemd"
+    if [ "$SKIP_SERVICE" = 1 ] || [ -n "$ROOT" ]; then
+        say "installed under '${ROOT:-/}' with SENSOR_SKIP_SERVICE=$SKIP_SERVICE: not touching systemd"
         return
     fi
     systemctl daemon-reload
@@ -171,8 +172,8 @@ install_launchd() {
 EOF
     chmod 0644 "$ROOT$plist.part.$$"
     mv -f "$ROOT$plist.part.$$" "$ROOT$plist"
-    if [ "$SKIP_SERVICE" = 1 ]; then
-        say "SENSOR_SKIP_SERVICE=1: not touching launchd"
+    if [ "$SKIP_SERVICE" = 1 ] || [ -n "$ROOT" ]; then
+        say "installed under '${ROOT:-/}' with SENSOR_SKIP_SERVICE=$SKIP_SERVICE: not touching launchd"
         return
     fi
     launchctl bootout "system/$LABEL" 2>/dev/null || true

@@ -108,7 +108,15 @@ if ($HasDriver) {
     # STEP 5: install the driver package.
     & pnputil.exe /add-driver (Join-Path $DriverDir 'sensor-driver.inf') /install
     if (@(0, 259, 3010) -notcontains $LASTEXITCODE) { throw "enroll: pnputil /add-driver failed with exit code $LASTEXITCODE" }
-    Copy-Item -Force (Join-Path $DriverDir 'sensor-driver.sys') (Join-Path $env:SystemRoot 'System32\drivers\sensor-driver.sys')
+    $sysSource = Join-Path $DriverDir 'sensor-driver.sys'
+    $sysTarget = Join-Path $env:SystemRoot 'System32\drivers\sensor-driver.sys'
+    try { Copy-Item -Force $sysSource $sysTarget }
+    catch {
+        # A loaded driver that cannot unload keeps its file busy; the same file is fine, another is not.
+        if (-not (Test-Path $sysTarget) -or (Get-FileHash $sysSource).Hash -ne (Get-FileHash $sysTarget).Hash) {
+            throw "enroll: cannot replace $sysTarget while the old driver is loaded: restart Windows and run the command again with a new token"
+        }
+    }
 }
 
 # STEP 6: HKLM\SOFTWARE\<Product>: where to stream, and this machine's id (MachineGuid, kept across re-enrollment).
