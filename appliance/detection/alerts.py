@@ -123,9 +123,18 @@ class AlertStore:
                      detection_count=row[11], created_at=row[12], updated_at=row[13])
 
     def save(self, event: str, alert: Alert) -> None:
-        """Channel subscriber: insert or replace the alert."""
+        """Channel subscriber: insert an opened alert; update an updated one without touching its triage
+        status, which an analyst may have changed since the correlator read it."""
         with self._db.lock, self._db.conn:
-            self._db.conn.execute(f"INSERT OR REPLACE INTO alerts ({_COLUMNS}) VALUES ({', '.join('?' * 14)})", self._row(alert))
+            if event == "opened":
+                self._db.conn.execute(f"INSERT OR REPLACE INTO alerts ({_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+                                      self._row(alert))
+            else:
+                self._db.conn.execute(
+                    "UPDATE alerts SET category = ?, severity = ?, confidence = ?, summary = ?, first_ns = ?, last_ns = ?, "
+                    "detections = ?, detection_count = ?, updated_at = ? WHERE id = ?",
+                    (alert.category, alert.severity, alert.confidence, alert.summary, alert.first_ns, alert.last_ns,
+                     json.dumps(alert.detections, default=str), alert.detection_count, alert.updated_at, alert.id))
         self._active = self._count_active()
 
     def get(self, alert_id: str) -> Alert | None:

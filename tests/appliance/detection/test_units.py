@@ -145,3 +145,15 @@ def test_ping_patterns():
     rng = random.Random(1)
     assert not is_ping_pattern(bytes(rng.getrandbits(8) for _ in range(64)))
     assert not is_ping_pattern(b"whoami /all & net user & ipconfig /all")
+
+
+def test_an_update_does_not_undo_a_triage_change_made_meanwhile(correlation):
+    correlator, store, _ = correlation
+    correlator.correlate([det("dpi.x", 0.7, 0), det("dpi.y", 0.7, 1)])
+    (alert,) = store.query()
+    stale = store.get(alert.id)
+    store.set_status(alert.id, "Investigating")  # the analyst acts between the correlator's read and write
+    assert stale is not None
+    stale.detection_count += 1
+    store.save("updated", stale)
+    assert store.get(alert.id).status == "Investigating"  # type: ignore[union-attr]
