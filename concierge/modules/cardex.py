@@ -106,6 +106,7 @@ class CheckInEmailOut(OutSchema):
     check_in_url: str
 
 
+NULLABLE = frozenset({"email", "phone", "room", "arrival_date", "departure_date", "user_id"})  # PATCH null clears these; elsewhere null means unchanged
 FIELDS = ("first_name", "last_name", "email", "phone", "room", "vip", "arrival_date", "departure_date", "notes", "user_id")
 
 
@@ -164,6 +165,11 @@ class GuestStore:
             f"UPDATE guests SET {sets}, updated_at = ? WHERE id = ? AND organization_id = ?",
             [*(_db_value(k, v) for k, v in values.items()), now, guest_id, org_id],
         )
+
+
+def patch_values(body: GuestPatch) -> dict[str, Any]:
+    """The fields a PATCH sets: null clears nullable fields and leaves the others unchanged."""
+    return {k: v for k, v in body.model_dump(exclude_unset=True).items() if v is not None or k in NULLABLE}
 
 
 def guest_out(row: Row) -> GuestOut:
@@ -276,7 +282,7 @@ def routes(service: CardexService) -> list:
         (Endpoint("GET", "/guests/<guest_id>", "One guest", S, params=P, response=GuestOut), lambda c: guest_out(service.get(org(c), c.params.guest_id))),
         (Endpoint("POST", "/guests", "Register a guest (status starts at expected)", S, body=GuestIn, response=GuestOut, status=201), lambda c: guest_out(service.create(org(c), c.body))),
         (Endpoint("PUT", "/guests/<guest_id>", "Replace a guest's details (status changes only through actions)", S, params=P, body=GuestIn, response=GuestOut), lambda c: guest_out(service.update(org(c), c.params.guest_id, c.body.model_dump(include=set(FIELDS))))),
-        (Endpoint("PATCH", "/guests/<guest_id>", "Change some of a guest's details", S, params=P, body=GuestPatch, response=GuestOut), lambda c: guest_out(service.update(org(c), c.params.guest_id, c.body.model_dump(exclude_unset=True)))),
+        (Endpoint("PATCH", "/guests/<guest_id>", "Change some of a guest's details", S, params=P, body=GuestPatch, response=GuestOut), lambda c: guest_out(service.update(org(c), c.params.guest_id, patch_values(c.body)))),
         (Endpoint("DELETE", "/guests/<guest_id>", "Delete a guest", S, params=P, status=204), lambda c: service.delete(org(c), c.params.guest_id)),
         (Endpoint("POST", "/confirm-arrival", "Mark the guest arrived, check them in at the PMS (outbox), publish on guest:<userId>:status", S, body=GuestAction, response=GuestOut), lambda c: guest_out(service.confirm_arrival(org(c), c.body.guest_id))),
         (Endpoint("POST", "/check-out", "Mark the guest departed and check them out at the PMS (outbox)", S, body=GuestAction, response=GuestOut), lambda c: guest_out(service.check_out(org(c), c.body.guest_id))),
