@@ -46,23 +46,32 @@ def settings(tmp: Path, tls: bool = False):  # noqa: ANN201
     }, "bench")
 
 
-def finished_flows(streams: list[tuple[str, list]]) -> list:
-    """The flow records the tracker hands to analysis for the corpus, in expiry order."""
+def finished_flows(streams: list[tuple[str, list]], slice_ms: int = 60_000) -> list:
+    """The flow records the tracker hands to analysis for the corpus, agents interleaved by minute of
+    event time as when they stream side by side."""
     from appliance.flows.tracker import FlowTracker
     from appliance.ingest.convert import PacketConverter
 
     flows: list = []
     tracker = FlowTracker(lambda ended: flows.extend(ended) if isinstance(ended, list) else flows.append(ended))
     converter = PacketConverter()
-    for agent, packets in streams:
-        for i in range(0, len(packets), 500):
-            chunk = packets[i : i + 500]
-            if hasattr(converter, "read"):
-                converted = converter.read(chunk)
-            else:
-                converted = [p for p in (converter.convert(m) for m in chunk) if p is not None]
-            tracker.add_packets(agent, converted)
+    convert = converter.read if hasattr(converter, "read") else (
+        lambda chunk: [p for p in (converter.convert(m) for m in chunk) if p is not None])
+    for agent, _ in streams:
         tracker.stream_opened(agent)
+    cursors = [0] * len(streams)
+    t = min(p[0].timestamp for _, p in streams)
+    end = max(p[-1].timestamp for _, p in streams)
+    while t <= end:
+        t += slice_ms
+        for i, (agent, packets) in enumerate(streams):
+            j = cursors[i]
+            while j < len(packets) and packets[j].timestamp < t:
+                j += 1
+            for k in range(cursors[i], j, 500):
+                tracker.add_packets(agent, convert(packets[k : min(k + 500, j)]))
+            cursors[i] = j
+    for agent, _ in streams:
         tracker.stream_closed(agent)
     return flows
 

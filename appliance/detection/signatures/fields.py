@@ -38,7 +38,7 @@ FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
     FieldSpec("tls.version", "str", frozenset({"tls"}), "highest version offered (SSLv3, TLSv1.0 ... TLSv1.3)", "in: [SSLv3, TLSv1.0]"),
     FieldSpec("http.method", "str", frozenset({"http"}), "request method", "equals: POST"),
     FieldSpec("http.host", "str", frozenset({"http"}), "Host header without port", "regex: '^\\d+\\.\\d+\\.\\d+\\.\\d+$'"),
-    FieldSpec("http.uri", "str", frozenset({"http"}), "request target as sent", "contains: /cmd.php?"),
+    FieldSpec("http.uri", "str", frozenset({"http"}), "request target as sent", "contains: /gate.php"),
     FieldSpec("http.user_agent", "str", frozenset({"http"}), "User-Agent header; empty when absent", "startswith: python-requests"),
     FieldSpec("http.content_length", "int", frozenset({"http"}), "Content-Length of the request (0 when absent)", "gt: 1000000"),
     FieldSpec("icmp.type", "int", frozenset({"icmp"}), "ICMP type (8 echo request, 0 echo reply)", "equals: 8"),

@@ -133,3 +133,16 @@ def test_reload_never_exposes_a_half_loaded_set(detecting):
     seen.add(len(engine.ruleset.rules))
     assert seen <= {16, 21} and engine.loaded == 21
     assert detecting.rest.post("/api/v1/signatures/reload")[1]["loaded"] == 21
+
+
+def test_every_documented_example_is_a_valid_condition():
+    import re as regex
+
+    readme = (RULES / "README.md").read_text()
+    examples = regex.findall(r"`(\{field: .*\})`", readme)
+    assert len(examples) == 32  # 12 operators + 20 fields
+    for example in examples:
+        condition = yaml.safe_load(example)
+        protocol = next(iter(sorted(FIELDS[condition["field"]].protocols)))
+        rule, errors = parse_rule({**RULE, "protocol": protocol, "conditions": [condition]}, "example.yaml")
+        assert errors == [], (example, errors)
