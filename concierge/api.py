@@ -12,7 +12,7 @@ import enum
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable, Iterable, Mapping
+from typing import Annotated, Any, Callable, Iterable, Mapping, Protocol
 
 import bottle
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -109,7 +109,7 @@ class Call:
     request_id: str = ""
 
 
-class Authenticator:
+class Authenticator(Protocol):
     """What the plugin needs from the session layer (implemented by `sessions.SessionService`)."""
 
     def authenticate(self, request: bottle.BaseRequest) -> Any: ...

@@ -119,9 +119,12 @@ class InProcessPubSub:
         return seq
 
     def subscribe(self, channel: str) -> Subscription:
-        sub = Subscription(channel, self._fanout.remove)
+        sub = Subscription(channel, self._unsubscribe)
         self._fanout.add(sub)
         return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        self._fanout.remove(sub)
 
     def recent(self, channel: str, after: int) -> list[Event]:
         with self._lock:
@@ -184,9 +187,9 @@ class RedisPubSub:
             if not confirmed.wait(5):
                 log.warning("redis subscribe not acknowledged channel=%s", channel)
         else:
-            confirmed = self._confirmed.get(self.PREFIX + "ch:" + channel)
-            if confirmed is not None:
-                confirmed.wait(5)
+            pending = self._confirmed.get(self.PREFIX + "ch:" + channel)
+            if pending is not None:
+                pending.wait(5)
         return sub
 
     def _unsubscribe(self, sub: Subscription) -> None:

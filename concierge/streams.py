@@ -74,9 +74,9 @@ class StreamHub:
             yield format_event("ready", json.dumps({"connected": True}))
             sent = 0
             if last_event_id is not None:
-                for item in self.pubsub.recent(channel, last_event_id):
-                    yield format_event(event, item.data, item.id)
-                    sent = item.id
+                for old in self.pubsub.recent(channel, last_event_id):
+                    yield format_event(event, old.data, old.id)
+                    sent = old.id
             while not self._closing.is_set():
                 item = sub.get(timeout=self.heartbeat)
                 if self._closing.is_set():
