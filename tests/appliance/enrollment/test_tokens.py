@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import calendar
 import logging
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 from tests.appliance.enrollment.conftest import fetch_script, new_token, put_payload
 from tests.conftest import start_appliance
@@ -20,7 +23,7 @@ def test_token_reply_has_uuid4_token_commands_and_expiry(enrolling):
     assert "\n" not in reply["command"] and "\n" not in reply["command_unix"]
     assert f"{base}/api/v1/enroll/$(uname -s" in reply["command_unix"]
     assert reply["command_unix"].endswith("| sudo sh")
-    expires = time.mktime(time.strptime(reply["expires_at"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+    expires = calendar.timegm(time.strptime(reply["expires_at"], "%Y-%m-%dT%H:%M:%SZ"))
     assert abs(expires - (time.time() + 24 * 3600)) < 120
 
 
@@ -109,3 +112,36 @@ def test_a_restart_neither_revives_a_used_token_nor_loses_an_unused_one(tmp_path
     files = list(db.parent.glob("enrollment.sqlite3*"))
     assert db in files and all(f.stat().st_mode & 0o777 == 0o600 for f in files), files
     assert used.encode() not in db.read_bytes()  # only the hash is stored
+
+
+def test_scripts_are_not_sent_over_plain_http(tmp_path, monkeypatch):
+    monkeypatch.delenv("SENSOR_ADMIN_TOKEN", raising=False)
+    running = start_appliance(tmp_path, rest={"tls": False})
+    try:
+        put_payload(running)
+        token = new_token(running)["token"]
+        status, body = fetch_script(running, "linux", token)
+        assert status == 503 and "HTTPS" in body["error"]
+    finally:
+        running.app.stop()
+
+
+def test_configured_base_url_is_used_and_validated(tmp_path, monkeypatch):
+    monkeypatch.delenv("SENSOR_ADMIN_TOKEN", raising=False)
+    from appliance.errors import ConfigError
+    from tests.conftest import appliance_settings
+
+    with pytest.raises(ConfigError, match="enrollment.base_url"):
+        appliance_settings(tmp_path, enrollment={"base_url": "https://x'; rm -rf /;'"})
+    running = start_appliance(tmp_path, enrollment={"base_url": "https://appliance.corp.example:8443/",
+                                                    "grpc_url": "https://ingest.corp.example:443"})
+    try:
+        put_payload(running)
+        reply = new_token(running)
+        assert "'https://appliance.corp.example:8443/api/v1/enroll/windows?token=" in reply["command"]
+        assert '"https://appliance.corp.example:8443/api/v1/enroll/$(uname' in reply["command_unix"]
+        script = fetch_script(running, "linux", reply["token"])[1].decode()
+        assert "TARGET_URL='https://ingest.corp.example:443'" in script
+        assert "BASE_URL='https://appliance.corp.example:8443'" in script
+    finally:
+        running.app.stop()
