@@ -157,3 +157,43 @@ def test_an_update_does_not_undo_a_triage_change_made_meanwhile(correlation):
     stale.detection_count += 1
     store.save("updated", stale)
     assert store.get(alert.id).status == "Investigating"  # type: ignore[union-attr]
+
+
+def test_hostile_payloads_never_raise_in_any_layer():
+    from appliance.detection.behaviour import BehaviourLayer
+    from appliance.detection.dpi.layer import DpiLayer
+    from appliance.detection.facts import FlowFacts
+    from appliance.detection.resolutions import ResolverCache
+    from appliance.detection.signatures.engine import SignatureEngine
+    from appliance.model import DnsAnswer, DnsMessage, FlowRecord, IcmpInfo, Packet, Transport
+    from tests.appliance.detection.conftest import RULES
+
+    holder = AnalysisConfigHolder(AnalysisConfig())
+    facts, domains = FlowFacts(), RegisteredDomains()
+    signatures = SignatureEngine(RULES, holder, facts, domains)
+    assert signatures.reload() == []
+    layers = [DpiLayer(holder, facts, ResolverCache(), domains, NameScorer.load()), signatures, BehaviourLayer(holder)]
+    rng = random.Random(5)
+    prefixes = [b"\x16\x03\x01", b"\x16\x03\x01\x00\x05\x01\x00\x00\xff\x03\x03", b"GET / HTTP/1.1\r\n", b"POST ",
+                b"HTTP/1.1 200", b"", b"\xd5\x20\x08\x80"]
+    for i in range(3000):
+        transport = rng.choice([Transport.TCP, Transport.UDP, Transport.ICMP])
+        proto = {Transport.TCP: 6, Transport.UDP: 17, Transport.ICMP: 1}[transport]
+        ts = i * 10**9
+        samples = []
+        for _ in range(rng.randint(0, 4)):
+            payload = rng.choice(prefixes) + bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 300)))
+            icmp = IcmpInfo(rng.choice([0, 8, 3]), 0, payload) if transport is Transport.ICMP else None
+            samples.append(Packet(ts, rng.choice([1, 2]), proto, transport, 1, 2, 1000, 443, len(payload) + 40,
+                                  payload, 0, 0, "", None, icmp))
+        name = "".join(rng.choice("ab.-_=\\x\u00e9") for _ in range(rng.randint(0, 80))).strip(".")
+        dns = [DnsMessage(rng.getrandbits(16), rng.random() < 0.5, rng.randint(0, 15), name, rng.randint(0, 300), 1,
+                          [DnsAnswer(name, 1, 60, "1.2.3.4"), DnsAnswer(name, 5, 60, "")], rng.random() < 0.3, ts)
+               ] if transport is not Transport.ICMP and rng.random() < 0.5 else []
+        flow = FlowRecord(f"f{i}", f"agent{i % 3}", proto, transport, 167772161, rng.choice([53, 40000]),
+                          rng.getrandbits(32) or 1, rng.choice([53, 80, 443, 0, 9999]), ts, ts + rng.randint(0, 10**10),
+                          rng.randint(0, 9), rng.randint(0, 9), rng.randint(0, 10**9), rng.randint(0, 10**7),
+                          0, 0, 0, 0, "", "idle", dns, samples)
+        for layer in layers:
+            for detection in layer.analyze(flow):
+                assert 0.0 <= detection.confidence <= 1.0 and detection.indicator is not None
