@@ -31,7 +31,7 @@ def routes(hub: StreamHub, db: Database) -> list:
         resp.content_type = "text/event-stream; charset=utf-8"
         resp.set_header("Cache-Control", "no-cache, no-transform")
         resp.set_header("X-Accel-Buffering", "no")
-        last = parse_last_event_id(call.headers.get("Last-Event-ID") or bottle.request.query.get("lastEventId"))
+        last = parse_last_event_id(call.headers.get("Last-Event-ID"))
         return hub.stream(user_id, f"guest:{user_id}:status", last)
 
     return [

@@ -108,6 +108,13 @@ class UserStore:
         with self.db.transaction(write=False) as tx:
             return tx.one("SELECT * FROM users WHERE email = ?", (email,))
 
+    def by_id(self, user_id: str) -> dict:
+        with self.db.transaction(write=False) as tx:
+            row = tx.one("SELECT id, email, name FROM users WHERE id = ?", (user_id,))
+        if row is None:
+            raise NotFound("User not found")
+        return row
+
     def memberships_of(self, user_id: str) -> list[dict]:
         with self.db.transaction(write=False) as tx:
             return tx.all(
@@ -220,16 +227,13 @@ class UserService:
 
 
 def _session_out(service: UserService, user_id: str, csrf: str, org_id: str | None) -> SessionOut:
+    """The caller as the API shows it: user, auth (role of the active organization), CSRF token, memberships."""
+    user = service.store.by_id(user_id)
     memberships = service.store.memberships_of(user_id)
-    me = next(m for m in service.store.members(org_id) if m["user_id"] == user_id) if org_id else None
-    user = service.store.by_email(memberships[0]["email"]) if memberships else None
-    if user is None:
-        with service.store.db.transaction(write=False) as tx:
-            user = tx.one("SELECT id, email, name FROM users WHERE id = ?", (user_id,))
-    assert user is not None
+    role = next((m["role"] for m in memberships if m["organization_id"] == org_id), None)
     return SessionOut(
         user=UserOut(id=user["id"], email=user["email"], name=user["name"]),
-        auth=AuthOut(user_id=user_id, organization_id=org_id, role=me["role"] if me else None),
+        auth=AuthOut(user_id=user_id, organization_id=org_id, role=role),
         csrf_token=csrf,
         memberships=[MembershipOut(**m) for m in memberships],
     )

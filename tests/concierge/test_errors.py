@@ -60,3 +60,14 @@ def test_duplicate_email_is_409(hotel: Hotel) -> None:
     resp = hotel.anonymous().post("/users/sign-up", {"email": hotel.emails["staff"], "password": "long enough password", "name": "Dup"})
     assert resp.status_code == 409
     assert set(resp.json()) == {"error"}
+
+
+def test_configuration_errors_name_every_bad_key_and_value_at_once() -> None:
+    from concierge.errors import ConfigError
+    from concierge.settings import Settings
+
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_env({"PORT": "eighty", "OPENAPI_ENABLED": "sometimes", "DATABASE_URL": "mysql://x", "PAYMENT_PROVIDER": "stripe"})
+    message = str(caught.value)
+    for expected in ("PORT='eighty'", "OPENAPI_ENABLED='sometimes'", "DATABASE_URL='mysql://x'", "STRIPE_API_KEY is required"):
+        assert expected in message
