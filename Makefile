@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 GEN := appliance/generated/sensor_pb2.py
 AGENTS_GEN := agents/generated/sensor_pb2.py
 # Debian packages the build or the tests need (systemd-python builds against libsystemd).
-APT_PACKAGES := pkg-config libsystemd-dev iproute2
+APT_PACKAGES := pkg-config libsystemd-dev iproute2 curl shellcheck systemd
 # The agents' network-namespace lab: a resolver and real tunneling tools; binutils for PyInstaller.
 APT_PACKAGES += dnsmasq-base iodine ptunnel-ng binutils
 CONFIG ?=
