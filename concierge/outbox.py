@@ -32,6 +32,7 @@ class OutboxDispatcher:
     """Delivers due outbox rows through a registry of handlers; a background thread retries."""
 
     MAX_ATTEMPTS = 8
+    LEASE_SECONDS = 300.0  # a claimed row is retried by anyone after this long without an answer
 
     def __init__(self, db: Database, clock: Clock, handlers: dict[str, Handler], interval: float, base_delay: float = 2.0) -> None:
         self.db = db
@@ -72,13 +73,22 @@ class OutboxDispatcher:
     def run_once(self) -> int:
         """Deliver every due row once; returns how many were delivered."""
         with self._run_lock:
+            now = self.clock.now()
             with self.db.transaction(write=False) as tx:
-                due = tx.all("SELECT * FROM outbox WHERE status = 'pending' AND next_attempt_at <= ? ORDER BY created_at, id LIMIT 100", (self.clock.now(),))
+                # 'sending' rows whose lease ran out belong to an instance that died mid-delivery
+                due = tx.all(
+                    "SELECT * FROM outbox WHERE status IN ('pending', 'sending') AND next_attempt_at <= ? ORDER BY created_at, id LIMIT 100",
+                    (now,),
+                )
             delivered = 0
             for row in due:
-                with self.db.transaction() as tx:  # claim: another instance may race for the same row
-                    if tx.execute("UPDATE outbox SET status = 'sending' WHERE id = ? AND status = 'pending'", (row["id"],)) != 1:
-                        continue
+                with self.db.transaction() as tx:  # claim with a lease: another instance may race for the same row
+                    claimed = tx.execute(
+                        "UPDATE outbox SET status = 'sending', next_attempt_at = ? WHERE id = ? AND status = ? AND next_attempt_at = ?",
+                        (now + self.LEASE_SECONDS, row["id"], row["status"], row["next_attempt_at"]),
+                    )
+                if claimed != 1:
+                    continue
                 delivered += self._deliver(row)
             return delivered
 

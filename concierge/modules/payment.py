@@ -202,25 +202,25 @@ class PaymentService:
         """Apply a verified provider event once; returns True when it was a duplicate."""
         if not verify(self.webhook_secret, raw, signature):
             raise BadRequest("Invalid webhook signature")
+        # One transaction: if applying the event fails, its id is not recorded and the provider's retry applies it.
         with self.db.transaction() as tx:
             try:
                 tx.execute("INSERT INTO webhook_events (id, provider, type, received_at) VALUES (?,?,?,?)", (event.id, self.provider.name, event.type, self.clock.iso()))
             except IntegrityError:
                 log.info("webhook duplicate ignored event=%s type=%s", event.id, event.type)
                 return True
-        target = WEBHOOK_STATUS.get(event.type)
-        if target is None:
-            return False
-        with self.db.transaction(write=False) as tx:
+            target = WEBHOOK_STATUS.get(event.type)
+            if target is None:
+                return False
             intent = tx.one("SELECT * FROM payment_intents WHERE provider_ref = ?", (event.data.object.id,))
-        if intent is None:
-            log.warning("webhook for unknown intent ref=%s type=%s", event.data.object.id, event.type)
-            return False
-        if intent["status"] != target and target in PAYMENT.transitions.get(intent["status"], ()):
-            error = (getattr(event.data.object, "last_payment_error", None) or {}).get("message") if target == "requires_payment_method" else None
-            self._move(intent["organization_id"], intent, target, error)
-        elif intent["status"] != target:
-            log.warning("webhook out of order ignored intent=%s current=%s event=%s", intent["id"], intent["status"], event.type)
+            if intent is None:
+                log.warning("webhook for unknown intent ref=%s type=%s", event.data.object.id, event.type)
+                return False
+            if intent["status"] != target and target in PAYMENT.transitions.get(intent["status"], ()):
+                error = (getattr(event.data.object, "last_payment_error", None) or {}).get("message") if target == "requires_payment_method" else None
+                self._move(intent["organization_id"], intent, target, error)
+            elif intent["status"] != target:
+                log.warning("webhook out of order ignored intent=%s current=%s event=%s", intent["id"], intent["status"], event.type)
         return False
 
 

@@ -80,3 +80,20 @@ def test_guests_cannot_run_a_sync(make_concierge) -> None:
     concierge, base = make_concierge()
     hotel = make_hotel(concierge, base)
     assert hotel.client("guest").post("/integrations/full-sync", {}).status_code == 403
+
+
+def test_a_delivery_claimed_by_a_dead_instance_is_retried_after_its_lease(make_concierge) -> None:
+    pms = SimulatedPms()
+    concierge, base = make_concierge(pms=pms, outbox_interval_seconds=3600)  # no background passes: we drive it
+    hotel = make_hotel(concierge, base)
+    staff = hotel.client("staff")
+    guest = staff.post("/cardex/guests", {"firstName": "Lease", "lastName": "Expired"}).json()
+    concierge.outbox.stop()  # this instance "dies" right after claiming the row
+    staff.post("/cardex/confirm-arrival", {"guestId": guest["id"]})
+    with concierge.db.transaction() as tx:
+        tx.execute("UPDATE outbox SET status = 'sending', next_attempt_at = ?", (concierge.clock.now() + concierge.outbox.LEASE_SECONDS,))
+    assert concierge.outbox.run_once() == 0  # still leased
+    concierge.clock.offset += concierge.outbox.LEASE_SECONDS + 1
+    assert concierge.outbox.run_once() == 1
+    assert pms.calls[0][0] == "check_in"
+    concierge.clock.offset = 0
