@@ -13,7 +13,7 @@ import queue
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,13 @@ class Subscription:
             return self._queue.get(timeout=timeout)
         except queue.Empty:
             return None
+
+    def __iter__(self) -> Iterator[Any]:
+        """The payloads, in order, until the subscription is closed (blocking)."""
+        while not self.closed:
+            event = self.get(timeout=1.0)
+            if event is not None:
+                yield event.payload()
 
     def close(self) -> None:
         if not self.closed:

@@ -273,7 +273,7 @@ def routes(service: CardexService) -> list:
 
     def list_guests(call: Call) -> GuestList:
         rows, total = service.store.list(org(call), call.query)
-        return GuestList(items=[guest_out(r) for r in rows], total=total)
+        return GuestList.model_validate({"items": rows, "total": total})  # one validation pass over all rows (hot path)
 
     S = Access.STAFF
     P = GuestParams
