@@ -16,11 +16,12 @@ def _endpoints() -> list[Endpoint]:
     import tempfile
     from pathlib import Path
 
-    concierge = build(Settings(state_dir=Path(tempfile.mkdtemp()), kdf_n=2**10))
-    try:
-        return list(concierge.api.endpoints)
-    finally:
-        concierge.stop()
+    with tempfile.TemporaryDirectory() as tmp:
+        concierge = build(Settings(state_dir=Path(tmp), kdf_n=2**10))
+        try:
+            return list(concierge.api.endpoints)
+        finally:
+            concierge.stop()
 
 
 ENDPOINTS = _endpoints()

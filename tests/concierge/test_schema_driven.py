@@ -19,11 +19,12 @@ from tests.concierge.conftest import Hotel, make_hotel, settings_for
 
 
 def _document() -> dict:
-    concierge = build(settings_for(Path(tempfile.mkdtemp())))
-    try:
-        return concierge.openapi()
-    finally:
-        concierge.stop()
+    with tempfile.TemporaryDirectory() as tmp:
+        concierge = build(settings_for(Path(tmp)))
+        try:
+            return concierge.openapi()
+        finally:
+            concierge.stop()
 
 
 # sign-out would revoke the session the run uses, and the SSE stream never ends (heartbeats keep it open;
