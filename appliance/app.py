@@ -200,13 +200,13 @@ def build(settings: Settings) -> Appliance:
     tracker = FlowTracker(
         on_expire,
         FlowTimeouts(timeouts.tcp_idle, timeouts.udp_idle, timeouts.dns_idle, timeouts.icmp_idle,
-                     timeouts.other_idle, timeouts.active),
+                     timeouts.other_idle, timeouts.active, timeouts.dns_active),
         FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow),
+        on_dns_response=resolver.observe,
     )
     agents = AgentRegistry()
     converter = PacketConverter(ConvertLimits(max_payload_bytes=limits.max_payload_bytes))
-    ingest = IngestService(converter, tracker, agents, on_dns_event=pipeline.observe_dns,
-                           on_dns_response=resolver.observe)
+    ingest = IngestService(converter, tracker, agents, on_dns_event=pipeline.observe_dns)
 
     collector = MetricsCollector({
         "packets_received": lambda: ingest.packets_received,

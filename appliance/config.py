@@ -85,6 +85,7 @@ class FlowTimeoutSettings(_Section):
     icmp_idle: Annotated[float, Field(gt=0, le=86400)] = 60.0
     other_idle: Annotated[float, Field(gt=0, le=86400)] = 60.0
     active: Annotated[float, Field(gt=0, le=7 * 86400)] = 1800.0
+    dns_active: Annotated[float, Field(gt=0, le=86400)] = 60.0
 
 
 class AnalysisSettings(_Section):

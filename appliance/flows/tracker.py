@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from appliance.ingest.convert import RawPacket, expand
-from appliance.model import TCP_FIN, TCP_RST, FlowRecord, Transport
+from appliance.model import TCP_FIN, TCP_RST, DnsMessage, FlowRecord, Transport
 
 _OUTBOUND = 1
 _NS = 1_000_000_000
@@ -41,6 +41,7 @@ CLASSES = (CLASS_TCP, CLASS_UDP, CLASS_DNS, CLASS_ICMP, CLASS_OTHER)
 
 END_IDLE = "idle"
 END_ACTIVE = "active"
+END_FULL = "dns_full"
 END_TCP_CLOSE = "tcp_close"
 END_STREAM = "stream_end"
 END_EVICTED = "evicted"
@@ -60,6 +61,9 @@ class FlowTimeouts:
     icmp_idle: float = 60.0
     other_idle: float = 60.0
     active: float = 1800.0
+    # A DNS "flow" that lives long is one socket carrying many queries (a tunnel keeps its source
+    # port): cut it every minute so DNS verdicts never wait for the 30-minute active timeout.
+    dns_active: float = 60.0
 
     def idle_ns(self) -> dict[str, int]:
         return {
@@ -127,13 +131,18 @@ class FlowTracker:
         on_expire: Callable[[list[FlowRecord]], None],
         timeouts: FlowTimeouts | None = None,
         limits: FlowLimits | None = None,
+        on_dns_response: Callable[[str, DnsMessage], None] | None = None,
     ) -> None:
         self._on_expire = on_expire
+        # DNS answers are wanted as they arrive (the resolver cache must know a name was resolved
+        # before the connection to its address is analysed); they come from the one parse here.
+        self._on_dns_response = on_dns_response
         self._ended: list[FlowRecord] = []
         self.timeouts = timeouts or FlowTimeouts()
         self.limits = limits or FlowLimits()
         self._idle_ns = self.timeouts.idle_ns()
         self._active_ns = int(self.timeouts.active * _NS)
+        self._dns_active_ns = int(self.timeouts.dns_active * _NS)
         self._agents: dict[str, _AgentFlows] = {}
         self._count = 0
         self.lock = threading.Lock()
@@ -199,12 +208,21 @@ class FlowTracker:
                     sample = len(flow.samples) < samples_cap
                     if sample or is_dns:
                         pkt = expand(raw)
-                        if pkt.dns is not None and len(flow.dns) < dns_cap:
-                            flow.dns.append(pkt.dns)
+                        message = pkt.dns
+                        if message is not None:
+                            if message.is_response and self._on_dns_response is not None:
+                                self._on_dns_response(agent_id, message)
+                            if len(flow.dns) < dns_cap:
+                                flow.dns.append(message)
                         if sample:
                             if len(payload) > sample_bytes:
                                 pkt.payload = payload[:sample_bytes]
                             flow.samples.append(pkt)
+                        if is_dns and len(flow.dns) >= dns_cap:
+                            # Full: analyse what it holds now and let the socket's next queries
+                            # start a new record, rather than drop them.
+                            self._end(table, key, END_FULL)
+                            continue
                 if pid and not flow.pid:
                     flow.pid = pid
                     flow.process_name = raw[11]
@@ -213,7 +231,7 @@ class FlowTracker:
                     if flags & (TCP_RST | TCP_FIN) and self._tcp_closed(agent, key, flags, direction):
                         self._end(table, key, END_TCP_CLOSE)
                         continue
-                if flow.last_ns - flow.first_ns >= active_ns:
+                if flow.last_ns - flow.first_ns >= (self._dns_active_ns if is_dns else active_ns):
                     self._end(table, key, END_ACTIVE)
             agent.clock_ns = clock
             agent.wall = time.monotonic()

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from appliance.agents import AgentRegistry, AgentState
 from appliance.flows.tracker import FlowTracker
 from appliance.ingest.convert import PacketConverter, dns_event_to_message
-from appliance.ingest.dns import parse_dns
 from appliance.ingest.identity import AgentIdentity
 from appliance.model import DnsMessage
 
@@ -37,7 +36,6 @@ class IngestService:
         tracker: FlowTracker,
         agents: AgentRegistry,
         on_dns_event: Callable[[str, DnsMessage], None] | None = None,
-        on_dns_response: Callable[[str, DnsMessage], None] | None = None,
         process_history: int = 1000,
     ) -> None:
         self.converter = converter
@@ -45,7 +43,6 @@ class IngestService:
         self.agents = agents
         self._on_dns_event = on_dns_event
         # DNS answers seen in packets feed the resolver cache before their flow ends (TLS checks need them).
-        self._on_dns_response = on_dns_response
         self._lock = threading.Lock()
         self.packets_received = 0
         self.packets_rejected = 0
@@ -79,12 +76,6 @@ class IngestService:
             self.packets_rejected += rejected
         session.accepted += len(converted)
         session.rejected += rejected
-        if self._on_dns_response is not None:
-            for raw in converted:
-                if raw[1] == 2 and raw[2] == 17 and raw[6] == 53 and raw[8]:
-                    message = parse_dns(raw[8], raw[0])
-                    if message is not None and message.is_response:
-                        self._on_dns_response(session.identity.agent_id, message)
         if converted:
             self.tracker.add_packets(session.identity.agent_id, converted)
         self.agents.record(session.agent, len(converted), rejected)

@@ -118,10 +118,39 @@ def test_sweep_expires_flows_of_a_quiet_agent_by_wall_time():
     assert [f.end_reason for f in expired] == ["idle"]
 
 
-def test_samples_and_dns_per_flow_are_bounded():
-    tracker, _ = make(limits=FlowLimits(samples_per_flow=2, sample_bytes=10, dns_per_flow=3))
-    batch = [wire.udp_out("10.0.0.5", "10.0.0.1", 4000, 53, wire.dns_query(f"q{i}.example"), ts_ms=BASE_MS + i) for i in range(6)]
-    tracker.add_packets(AGENT, pkts(*batch))
+def test_samples_per_flow_are_bounded_in_count_and_bytes():
+    tracker, _ = make(limits=FlowLimits(samples_per_flow=2, sample_bytes=10))
+    tracker.add_packets(AGENT, pkts(*[wire.packet(ts_ms=BASE_MS + i, payload=bytes([i]) * 50) for i in range(6)]))
     [flow] = tracker.snapshot()
-    assert len(flow.samples) == 2 and all(len(p.payload) <= 10 for p in flow.samples)
-    assert [m.qname for m in flow.dns] == ["q0.example", "q1.example", "q2.example"]
+    assert [p.payload for p in flow.samples] == [b"\x00" * 10, b"\x01" * 10]
+    assert flow.payload_bytes_out == 300
+
+
+def test_a_long_lived_dns_socket_is_cut_every_dns_active_timeout():
+    tracker, expired = make(timeouts=FlowTimeouts(dns_active=60, dns_idle=30))
+    queries = [wire.udp_out("10.0.0.5", "10.0.0.1", 4000, 53, wire.dns_query(f"q{i}.t.example"), ts_ms=BASE_MS + i * 5_000)
+               for i in range(14)]  # one query every 5 s from one source port, never idle
+    tracker.add_packets(AGENT, pkts(*queries))
+    assert [f.end_reason for f in expired] == ["active"]
+    assert len(expired[0].dns) == 13  # 0..60 s
+
+
+def test_a_dns_flow_whose_message_list_is_full_is_analysed_not_truncated():
+    tracker, expired = make(limits=FlowLimits(dns_per_flow=4))
+    queries = [wire.udp_out("10.0.0.5", "10.0.0.1", 4000, 53, wire.dns_query(f"q{i}.t.example"), ts_ms=BASE_MS + i)
+               for i in range(10)]
+    tracker.add_packets(AGENT, pkts(*queries))
+    assert [(f.end_reason, len(f.dns)) for f in expired] == [("dns_full", 4), ("dns_full", 4)]
+    [live] = tracker.snapshot()
+    assert [m.qname for m in live.dns] == ["q8.t.example", "q9.t.example"]
+
+
+def test_dns_responses_are_handed_over_as_they_arrive():
+    seen = []
+    tracker = FlowTracker(lambda flows: None, on_dns_response=lambda agent, msg: seen.append((agent, msg.qname)))
+    answer = wire.dns_response("www.example.org", [(1, bytes([1, 2, 3, 4]))])
+    tracker.add_packets(AGENT, pkts(
+        wire.udp_out("10.0.0.5", "10.0.0.1", 4000, 53, wire.dns_query("www.example.org"), ts_ms=BASE_MS),
+        wire.udp_in("10.0.0.5", "10.0.0.1", 4000, 53, answer, ts_ms=BASE_MS + 3),
+    ))
+    assert seen == [(AGENT, "www.example.org")]  # the query is not a resolution
