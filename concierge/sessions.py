@@ -53,6 +53,7 @@ class AuthContext:
     organization_id: str | None
     session_hash: str
     csrf_token: str
+    role_seen: str | None = None
     via_cookie: bool = True
     role: str | None = None
     resolved: bool = False
@@ -71,12 +72,22 @@ class SessionStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def insert(self, session_id: str, user_id: str, org_id: str | None, csrf: str, now: float, expires: float) -> None:
+    def insert(self, session_id: str, user_id: str, org_id: str | None, csrf: str, role: str | None, now: float, expires: float) -> None:
         with self.db.transaction() as tx:
             tx.execute(
-                "INSERT INTO sessions (id_hash, user_id, organization_id, csrf_token, created_at, last_seen_at, expires_at) VALUES (?,?,?,?,?,?,?)",
-                (_digest(session_id), user_id, org_id, csrf, now, now, expires),
+                "INSERT INTO sessions (id_hash, user_id, organization_id, csrf_token, role_seen, created_at, last_seen_at, expires_at) VALUES (?,?,?,?,?,?,?,?)",
+                (_digest(session_id), user_id, org_id, csrf, role, now, now, expires),
             )
+
+    def rotate(self, id_hash: str, session_id: str, role: str | None, now: float) -> None:
+        """Move a session to a new id (same user, organization, CSRF token and expiry) for a new role."""
+        with self.db.transaction() as tx:
+            tx.execute(
+                "INSERT INTO sessions (id_hash, user_id, organization_id, csrf_token, role_seen, created_at, last_seen_at, expires_at) "
+                "SELECT ?, user_id, organization_id, csrf_token, ?, created_at, ?, expires_at FROM sessions WHERE id_hash = ?",
+                (_digest(session_id), role, now, id_hash),
+            )
+            tx.execute("UPDATE sessions SET revoked_at = ? WHERE id_hash = ?", (now, id_hash))
 
     def lookup(self, session_id: str) -> Row | None:
         with self.db.transaction(write=False) as tx:
@@ -125,7 +136,8 @@ class SessionService:
         session_id = secrets.token_urlsafe(32)
         csrf = secrets.token_urlsafe(24)
         now = self.clock.now()
-        self.store.insert(session_id, user_id, org_id, csrf, now, now + self.absolute)
+        role = self.store.role(user_id, org_id) if org_id else None
+        self.store.insert(session_id, user_id, org_id, csrf, role, now, now + self.absolute)
         return session_id, csrf
 
     def rotate(self, auth: AuthContext, org_id: str | None) -> tuple[str, str]:
@@ -163,15 +175,26 @@ class SessionService:
             organization_id=row["organization_id"],
             session_hash=row["id_hash"],
             csrf_token=row["csrf_token"],
+            role_seen=row["role_seen"],
             via_cookie=via_cookie,
             user={"id": row["user_id"], "email": row["email"], "name": row["name"]},
         )
 
     def resolve_role(self, auth: AuthContext) -> str | None:
-        """The caller's role in the active organization, looked up once per request."""
+        """The caller's role in the active organization, looked up once per request.
+
+        When it differs from the role the session was issued for (an admin changed it), a cookie session
+        moves to a new id on this response: privileges never change under an old session id.
+        """
         if not auth.resolved:
             auth.role = self.store.role(auth.user_id, auth.organization_id) if auth.organization_id else None
             auth.resolved = True
+            if auth.role != auth.role_seen and auth.via_cookie:
+                session_id = secrets.token_urlsafe(32)
+                self.store.rotate(auth.session_hash, session_id, auth.role, self.clock.now())
+                auth.session_hash, auth.role_seen = hashlib.sha256(session_id.encode()).hexdigest(), auth.role
+                self.set_cookie(bottle.request, bottle.response, session_id, auth.csrf_token)
+                log.info("session rotated on role change user=%s role=%s", auth.user_id, auth.role)
         return auth.role
 
     def secure_cookie(self, request: bottle.BaseRequest) -> bool:

@@ -95,14 +95,21 @@ def test_switching_organization_rotates_and_changes_role(hotel: Hotel) -> None:
     assert staff.get("/users/me").json()["auth"]["role"] == "manager"
 
 
-def test_role_change_applies_on_the_next_request(hotel: Hotel) -> None:
+def test_role_change_applies_on_the_next_request_under_a_new_session_id(hotel: Hotel) -> None:
     user_id, email = hotel.new_user("guest", "Promoted")
     client = Client(hotel.base).sign_in(email)
     assert client.get("/cardex/guests").status_code == 403
+    old = client.cookie
     members = hotel.client("admin").get("/users/memberships").json()["items"]
     mid = next(m["id"] for m in members if m["userId"] == user_id)
     assert hotel.client("admin").patch(f"/users/memberships/{mid}", {"role": "staff"}).status_code == 200
-    assert client.get("/cardex/guests").status_code == 200
+    promoted = client.get("/cardex/guests")
+    assert promoted.status_code == 200
+    assert client.cookie != old  # rotated on the privilege change
+    assert client.post("/cardex/guests", {"firstName": "Still", "lastName": "Works"}).status_code == 201  # same CSRF token
+    stale = Client(hotel.base)
+    stale.http.cookies.set("concierge_session", old)
+    assert stale.get("/users/me").status_code == 401
 
 
 def test_only_an_owner_grants_owner(hotel: Hotel) -> None:
