@@ -26,7 +26,7 @@ class HttpServer:
         key_file: Path | None = None,
         name: str = "http",
     ) -> None:
-        self._server = wsgi.Server((host, port), app, numthreads=threads, server_name=name)
+        self._server = wsgi.Server((host, port), app, numthreads=threads, server_name=name, request_queue_size=128)
         self._server.shutdown_timeout = 2
         if cert_file is not None and key_file is not None:
             self._server.ssl_adapter = BuiltinSSLAdapter(str(cert_file), str(key_file))
