@@ -110,11 +110,13 @@ class Agent:
                     log.info("agent stats %s %s", self.decoder.stats.as_dict(),
                              self.packets.stats() if self.packets else {})
         finally:
+            log.info("agent stopping %s %s", self.decoder.stats.as_dict(), self.packets.stats() if self.packets else {})
             capture.close()
-            if self.packets is not None:
-                self.packets.close(timeout=5.0)
+            # Bounded: a service manager waits for us, and what is still queued is lost either way.
             if self.processes is not None:
-                self.processes.close(timeout=2.0)
+                self.processes.close(timeout=1.0)
+            if self.packets is not None:
+                self.packets.close(timeout=3.0)
 
     def exclude_targets(self) -> list[tuple[int, int]]:
         """(ip, port) of the appliance, so the agent never captures its own stream."""

@@ -146,7 +146,7 @@ class StreamClient(Generic[T]):
         if not finished:
             self._stop.set()
             self._wake.set()
-            self._thread.join(2.0)
+            self._thread.join(0.5)
             log.warning("stream=%s closed with %d items unsent", self.name, len(self._queue))
         return finished
 

@@ -117,7 +117,7 @@ class Lab:
             time.sleep(0.05)
         raise TimeoutError(f"nothing listens on {proto} port {port} in {ns}")
 
-    def stop(self, proc: subprocess.Popen[bytes], timeout: float = 5.0) -> int | None:
+    def stop(self, proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int | None:
         """SIGTERM the process group of one spawned process; SIGKILL if it lingers."""
         if proc.poll() is None:
             try:
