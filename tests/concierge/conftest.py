@@ -28,9 +28,10 @@ ROLES = ("guest", "staff", "manager", "admin", "owner")
 class Client:
     """A browser-like client: keeps the session cookie and sends the CSRF token on state changes."""
 
-    def __init__(self, base: str, origin: str | None = None) -> None:
+    def __init__(self, base: str, origin: str | None = None, verify: Path | None = None) -> None:
         self.base = base
         self.http = requests.Session()
+        self.verify: str | bool = str(verify) if verify is not None else True  # per request: env CA bundles override Session.verify
         self.csrf: str | None = None
         self.origin = origin
         self.me: dict[str, Any] = {}
@@ -41,7 +42,7 @@ class Client:
             headers.setdefault("X-CSRF-Token", self.csrf)
         if self.origin:
             headers.setdefault("Origin", self.origin)
-        return self.http.request(method, self.base + path, headers=headers, timeout=30, **kw)
+        return self.http.request(method, self.base + path, headers=headers, timeout=30, verify=self.verify, **kw)
 
     def get(self, path: str, **kw: Any) -> requests.Response:
         return self.request("GET", path, **kw)
@@ -79,12 +80,13 @@ class Hotel:
     org_id: str
     clients: dict[str, Client]
     emails: dict[str, str]
+    verify: Path | None = None  # CA file when the base URL is https (nginx in front)
 
     def client(self, role: str) -> Client:
         return self.clients[role]
 
     def anonymous(self) -> Client:
-        return Client(self.base)
+        return Client(self.base, verify=self.verify)
 
     def new_user(self, role: str, name: str) -> tuple[str, str]:
         """Create an account with a membership; returns (user_id, email)."""
@@ -94,7 +96,7 @@ class Hotel:
         """A cardex guest linked to a new guest account, and that account signed in."""
         user_id, email = self.new_user("guest", name)
         guest = self.client("staff").post("/cardex/guests", {"firstName": name, "lastName": "Lovelace", "room": "101", "userId": user_id, "email": email}).json()
-        return guest, Client(self.base).sign_in(email)
+        return guest, Client(self.base, verify=self.verify).sign_in(email)
 
 
 def add_user(concierge: Concierge, org_id: str, role: str, name: str) -> tuple[str, str]:
@@ -130,8 +132,8 @@ def make_concierge(tmp_path: Path) -> Iterator[Callable[..., tuple[Concierge, st
         concierge.stop()
 
 
-def make_hotel(concierge: Concierge, base: str) -> Hotel:
-    owner = Client(base)
+def make_hotel(concierge: Concierge, base: str, verify: Path | None = None) -> Hotel:
+    owner = Client(base, verify=verify)
     email = f"owner.{os.urandom(4).hex()}@hotel.test"
     resp = owner.post("/users/sign-up", {"email": email, "password": PASSWORD, "name": "Olive Owner", "organizationName": "Hotel Demo"})
     assert resp.status_code == 201, resp.text
@@ -141,9 +143,9 @@ def make_hotel(concierge: Concierge, base: str) -> Hotel:
     emails = {"owner": email}
     for role in ROLES[:-1]:
         _, mail = add_user(concierge, org_id, role, f"{role.title()} Person")
-        clients[role] = Client(base).sign_in(mail)
+        clients[role] = Client(base, verify=verify).sign_in(mail)
         emails[role] = mail
-    return Hotel(concierge, base, org_id, clients, emails)
+    return Hotel(concierge, base, org_id, clients, emails, verify)
 
 
 @pytest.fixture
@@ -166,9 +168,16 @@ def shared_hotel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hotel]:
 class SseClient:
     """Reads server-sent events over a raw HTTP/1.1 connection (chunked decoding by http.client)."""
 
-    def __init__(self, base: str, cookie: str, last_event_id: str | None = None, timeout: float = 10, path: str = "/check-in/stream") -> None:
-        host, port = base.removeprefix("http://").split(":")
-        self.conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    def __init__(self, base: str, cookie: str, last_event_id: str | None = None, timeout: float = 10, path: str = "/check-in/stream", ca: Path | None = None) -> None:
+        scheme, _, hostport = base.partition("://")
+        host, port = hostport.split(":")
+        if scheme == "https":
+            import ssl
+
+            context = ssl.create_default_context(cafile=str(ca) if ca else None)
+            self.conn: http.client.HTTPConnection = http.client.HTTPSConnection(host, int(port), timeout=timeout, context=context)
+        else:
+            self.conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
         headers = {"Cookie": f"concierge_session={cookie}", "Accept": "text/event-stream"}
         if last_event_id is not None:
             headers["Last-Event-ID"] = last_event_id

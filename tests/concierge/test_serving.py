@@ -13,21 +13,51 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.concierge.conftest import Client, Hotel, SseClient, free_port, make_hotel, wait_port
+from tests.concierge.conftest import PASSWORD, Client, Hotel, SseClient, free_port, make_hotel, wait_port
 
 SITE = Path(__file__).resolve().parents[2] / "packaging" / "nginx" / "concierge.conf"
 
 
-@pytest.fixture
-def nginx_in_front(tmp_path: Path, make_concierge):
-    """Real nginx from Debian with our site file, pointed at a concierge on port 0."""
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 made with `cryptography`, for nginx's TLS listener."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+@pytest.fixture(params=["http", "https"])
+def nginx_in_front(request: pytest.FixtureRequest, tmp_path: Path, make_concierge):
+    """Real nginx from Debian with our site file (plain or with a TLS listener), in front of a concierge on port 0."""
     binary = shutil.which("nginx") or "/usr/sbin/nginx"
     if not os.path.exists(binary):
         pytest.fail("nginx is not installed (concierge/concierge.mk adds it to APT_PACKAGES; run make sysdeps)")
     concierge, base = make_concierge(trust_proxy=True)
     upstream_port = int(base.rsplit(":", 1)[1])
     port = free_port()
-    site = SITE.read_text().replace("127.0.0.1:8080", f"127.0.0.1:{upstream_port}").replace("listen 80;", f"listen 127.0.0.1:{port};")
+    listen = f"listen 127.0.0.1:{port};"
+    if request.param == "https":
+        cert, key = _self_signed(tmp_path)
+        listen = f"listen 127.0.0.1:{port} ssl;\n    ssl_certificate {cert};\n    ssl_certificate_key {key};"
+    site = SITE.read_text().replace("127.0.0.1:8080", f"127.0.0.1:{upstream_port}").replace("listen 80;", listen)
     (tmp_path / "site.conf").write_text(site)
     (tmp_path / "nginx.conf").write_text(
         f"""user root;
@@ -49,7 +79,7 @@ http {{
     proc = subprocess.Popen([binary, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_port(port)
-        yield concierge, base, f"http://127.0.0.1:{port}"
+        yield concierge, base, f"{request.param}://127.0.0.1:{port}", (tmp_path / "cert.pem" if request.param == "https" else None)
     finally:
         proc.send_signal(signal.SIGQUIT)
         try:
@@ -60,10 +90,10 @@ http {{
 
 
 def test_sse_events_arrive_through_nginx(nginx_in_front) -> None:
-    concierge, direct, proxied = nginx_in_front
-    hotel = make_hotel(concierge, proxied)  # every request goes through nginx
+    concierge, direct, proxied, cert = nginx_in_front
+    hotel = make_hotel(concierge, proxied, verify=cert)  # every request goes through nginx
     guest, guest_client = hotel.guest_with_account("Nia")
-    stream = SseClient(proxied, guest_client.cookie)
+    stream = SseClient(proxied, guest_client.cookie, ca=cert)
     try:
         assert stream.status == 200
         assert stream.next_event() == {"event": "ready", "data": {"connected": True}}
@@ -77,14 +107,13 @@ def test_sse_events_arrive_through_nginx(nginx_in_front) -> None:
         stream.close()
 
 
-def test_cookie_is_secure_when_nginx_terminates_https(nginx_in_front) -> None:
-    concierge, direct, proxied = nginx_in_front
+def test_session_cookie_is_secure_exactly_when_nginx_serves_https(nginx_in_front) -> None:
+    concierge, direct, proxied, cert = nginx_in_front
     hotel = make_hotel(concierge, direct)
-    # nginx sets X-Forwarded-Proto from $scheme (http here); a TLS listener would send https.
-    resp = requests.post(direct + "/users/sign-in", json={"email": hotel.emails["staff"], "password": "correct horse battery"}, headers={"X-Forwarded-Proto": "https"}, timeout=10)
-    assert "secure" in resp.raw.headers.getlist("Set-Cookie")[0].lower()
-    via = requests.post(proxied + "/users/sign-in", json={"email": hotel.emails["staff"], "password": "correct horse battery"}, timeout=10)
-    assert via.status_code == 200 and "secure" not in via.raw.headers.getlist("Set-Cookie")[0].lower()
+    resp = requests.post(proxied + "/users/sign-in", json={"email": hotel.emails["staff"], "password": PASSWORD}, verify=str(cert) if cert else True, timeout=10)
+    assert resp.status_code == 200
+    cookie = next(v for v in resp.raw.headers.getlist("Set-Cookie") if v.startswith("concierge_session="))
+    assert ("secure" in cookie.lower()) == proxied.startswith("https://")
 
 
 def test_two_instances_sharing_redis_deliver_to_each_other(tmp_path: Path, make_concierge, redis_url: str) -> None:
