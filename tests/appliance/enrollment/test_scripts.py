@@ -199,6 +199,10 @@ def test_linux_script_installs_into_a_temp_root_and_the_agent_streams(enrolling,
     unit = root / "etc" / "systemd" / "system" / "sensor-agent.service"
     assert _mode(unit) == 0o644
     assert "ExecStart=/usr/local/bin/sensor-agent --config /etc/sensor-agent/agent.yaml" in unit.read_text()
+    # The installed unit carries the same hardening as the unit shipped in systemd/.
+    shipped = (Path(__file__).resolve().parents[3] / "systemd" / "sensor-agent.service").read_text()
+    directives = {line for line in shipped.splitlines() if "=" in line and not line.startswith(("#", "Description"))}
+    assert directives <= set(unit.read_text().splitlines())
     assert not list(root.rglob("*.part*"))
 
     # The installed certificate is an agent identity the appliance accepts over mTLS.
