@@ -23,6 +23,7 @@ class AgentState:
     last_seen: float
     packets_received: int = 0
     packets_rejected: int = 0
+    dropped_by_agent: int = 0  # reported by the agent (x-agent-dropped) after reconnecting
     streams: int = 0
     cert_fingerprints: set[str] = field(default_factory=set)
 
@@ -57,6 +58,7 @@ class AgentRegistry:
                 state.last_seen = now
             if ident.cert_fingerprint:
                 state.cert_fingerprints.add(ident.cert_fingerprint)
+            state.dropped_by_agent += ident.reported_dropped
             state.streams += 1
             return state
 

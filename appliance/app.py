@@ -235,7 +235,7 @@ def build(settings: Settings) -> Appliance:
     routes_detection.install(api, alerts=alert_store, exclusions=exclusions, signatures=signatures, config=analysis_config)
     routes_core.install(
         api, collector=collector, history=history, tracker=tracker, finished=finished, agents=agents,
-        openapi=lambda: build_openapi(api.routes),
+        events=ingest.recent_events, openapi=lambda: build_openapi(api.routes),
     )
 
     # Enrollment: the payload under /static, tokens and certificates in SQLite, the stream gate.

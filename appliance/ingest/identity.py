@@ -50,6 +50,7 @@ class AgentIdentity:
     version: str
     remote_address: str
     cert_fingerprint: str = ""  # SHA-256 of the client certificate under mTLS
+    reported_dropped: int = 0  # packets the agent says it dropped while it could not reach us
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, str], peer: str, cert_fingerprint: str = "") -> AgentIdentity:
@@ -63,4 +64,12 @@ class AgentIdentity:
             version=clean_meta(metadata.get("x-agent-version")),
             remote_address=remote,
             cert_fingerprint=cert_fingerprint,
+            reported_dropped=_count(metadata.get("x-agent-dropped")),
         )
+
+
+def _count(value: str | None) -> int:
+    """A non-negative counter from metadata; anything else counts as 0."""
+    if not value or not value.isdigit() or len(value) > 18:
+        return 0
+    return int(value)

@@ -104,6 +104,11 @@ class IngestService:
         if ok:
             self._event_ring(self.file_events, session.identity.agent_id).append(event)
 
+    def recent_events(self, agent_id: str, kind: str) -> list[dict[str, object]]:
+        """The agent's recent process ("processes") or file ("files") events, oldest first."""
+        table = self.process_events if kind == "processes" else self.file_events
+        return list(table.get(agent_id, ()))
+
     def _count_event(self, session: StreamSession, ok: bool) -> None:
         with self._lock:
             if ok:

@@ -69,6 +69,7 @@ class AgentReply(BaseModel):
     status: str
     packets_received: int
     packets_rejected: int
+    dropped_by_agent: int
     first_seen: str
     last_seen: str
     remote_address: str
@@ -121,6 +122,7 @@ def agent_view(agent: AgentState) -> dict[str, Any]:
         "status": agent.status,
         "packets_received": agent.packets_received,
         "packets_rejected": agent.packets_rejected,
+        "dropped_by_agent": agent.dropped_by_agent,
         "first_seen": iso_s(agent.first_seen),
         "last_seen": iso_s(agent.last_seen),
         "remote_address": agent.remote_address,
@@ -135,6 +137,7 @@ def install(
     tracker: FlowTracker,
     finished: FinishedFlows,
     agents: AgentRegistry,
+    events: Callable[[str, str], list[dict[str, Any]]],
     openapi: Callable[[], dict[str, Any]],
 ) -> None:
     """Declare the core routes on `api`."""
@@ -191,6 +194,18 @@ def install(
         if agent is None:
             raise NotFound(f"No agent with id {agent_id[:64]!r}")
         return agent_view(agent)
+
+    @api.route(
+        "GET", "/api/v1/agents/<agent_id>/events", "Recent process or file events an agent streamed, newest first",
+        query={"kind": "processes (default) or files", "limit": "1-1000, default 100"},
+    )
+    def agent_events(agent_id: str) -> dict[str, Any]:
+        if agents.get(agent_id) is None:
+            raise NotFound(f"No agent with id {agent_id[:64]!r}")
+        kind = query_choice("kind", {"processes", "files"}) or "processes"
+        limit = query_int("limit", 100, 1, 1000)
+        items = events(agent_id, kind)[-limit:][::-1]
+        return {"agent_id": agent_id, "kind": kind, "events": items, "count": len(items)}
 
     @api.route("GET", "/api/v1/openapi.json", "This API's OpenAPI 3.1 document")
     def openapi_document() -> dict[str, Any]:

@@ -178,3 +178,22 @@ def test_bytes_that_are_not_protobuf_fail_the_call_not_the_server(appliance):
     assert err.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNKNOWN)
     assert appliance.stub().StreamPackets(iter([wire.packet()]), metadata=meta()).packets_received == 1
     assert wait_for(lambda: appliance.app.agents.online == 0)  # the broken stream was closed, not leaked
+
+
+def test_drops_reported_by_a_reconnecting_agent_are_shown(appliance):
+    stub = appliance.stub()
+    stub.StreamPackets(iter([wire.packet()]), metadata=meta() + [("x-agent-dropped", "1500")])
+    stub.StreamPackets(iter([wire.packet()]), metadata=meta() + [("x-agent-dropped", "-3")])
+    [agent] = appliance.rest.get("/api/v1/agents")[1]["agents"]
+    assert agent["dropped_by_agent"] == 1500
+
+
+def test_process_events_are_listed_per_agent_newest_first(appliance):
+    stub = appliance.stub()
+    procs = [sensor_pb2.ProcessEvent(kind=1, pid=10 + i, name=f"p{i}", command_line=f"p{i} --x") for i in range(3)]
+    reply = stub.StreamProcesses(iter(procs), metadata=meta())
+    status, body = appliance.rest.get(f"/api/v1/agents/{reply.agent_id}/events?limit=2")
+    assert status == 200 and [e["name"] for e in body["events"]] == ["p2", "p1"]
+    assert appliance.rest.get(f"/api/v1/agents/{reply.agent_id}/events?kind=files")[1]["count"] == 0
+    assert appliance.rest.get(f"/api/v1/agents/{reply.agent_id}/events?kind=nope")[0] == 422
+    assert appliance.rest.get("/api/v1/agents/unknown/events")[0] == 404
