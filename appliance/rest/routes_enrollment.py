@@ -123,7 +123,8 @@ def install(
                body=TokenRequest, reply=TokenReply, tag="enrollment")
     def create_token() -> dict[str, Any]:
         request = TokenRequest()
-        if bottle.request.content_length:
+        # The body is optional: `curl -X POST` without data sends none (and no Content-Length).
+        if bottle.request.content_length > 0 or bottle.request.get_header("Transfer-Encoding"):
             request = parse_model(TokenRequest, read_json(api.max_body_bytes))
         new = enrollment.create_token(request.ttl_hours * 3600 if request.ttl_hours else None)
         return {"token": new.token, "command": new.command, "command_unix": new.command_unix,
