@@ -20,6 +20,10 @@ from appliance.enrollment.store import CertificateRecord, EnrollmentError, Enrol
 from appliance.ingest.identity import AgentIdentity
 from appliance.pki import SERVER_SAN_NAME, CertificateAuthority
 
+# Runs the piped script as root: directly when the shell already is root (minimal systems often
+# have no sudo), through sudo otherwise.
+RUN_AS_ROOT = '{ if [ "$(id -u)" = 0 ]; then sh; else sudo sh; fi; }'
+
 log = logging.getLogger(__name__)
 
 OS_KINDS = ("windows", "linux", "macos")
@@ -160,13 +164,13 @@ class EnrollmentService:
         )
 
     def unix_command(self, token: str) -> str:
-        """One line of POSIX sh for Linux and macOS: curl pinned to the server key, piped into `sudo sh`."""
+        """One line of POSIX sh for Linux and macOS: curl pinned to the server key, piped into a root sh."""
         _, spki = self.server_pins()
         base = self.endpoints().base_url  # validated: no quote, $, backtick or backslash can be in it
         return (
             f"curl -fsS -k --pinnedpubkey 'sha256//{spki}' "
             f"\"{base}/api/v1/enroll/$(uname -s | sed 's/Darwin/macos/;s/Linux/linux/')"
-            f"?token={quote(token)}\" | sudo sh"
+            f"?token={quote(token)}\" | {RUN_AS_ROOT}"
         )
 
     # -- enrollment --------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from appliance.enrollment.scripts import Template, TemplateError, quote_powershell, quote_sh
+from appliance.enrollment.service import RUN_AS_ROOT
 from appliance.generated import sensor_pb2, sensor_pb2_grpc
 from appliance.pki import fingerprint
 from tests.appliance import wire
@@ -242,15 +243,15 @@ def test_unix_one_line_command_fetches_over_the_pinned_key_and_runs(enrolling, t
     (root / "etc").mkdir(parents=True)
     (root / "etc" / "machine-id").write_text("feedface\n")
     command = new_token(enrolling)["command_unix"]
-    assert command.endswith(" | sudo sh")
-    local = command[: -len("sudo sh")] + "sh"  # the test is root already; no sudo needed
+    assert command.endswith(" | " + RUN_AS_ROOT)
     env = {"PATH": os.environ["PATH"], "SENSOR_INSTALL_ROOT": str(root), "SENSOR_SKIP_SERVICE": "1"}
-    result = subprocess.run(["sh", "-c", local], capture_output=True, text=True, env=env, timeout=60)
+    # Run as written: the test is root, so the command takes plain sh, no sudo.
+    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     assert (root / "etc" / "sensor-agent" / "certs" / "agent.pem").exists()
     # The same command pinned to another key fetches nothing (curl stops at the handshake).
     fresh = new_token(enrolling)
-    wrong = re.sub(r"sha256//[^']+", "sha256//" + "B" * 43 + "=", fresh["command_unix"][: -len("sudo sh")] + "cat")
+    wrong = re.sub(r"sha256//[^']+", "sha256//" + "B" * 43 + "=", fresh["command_unix"][: -len(RUN_AS_ROOT)] + "cat")
     result = subprocess.run(["sh", "-c", wrong], capture_output=True, text=True, env=env, timeout=60)
     assert "pinned public key" in result.stderr and result.stdout == ""
     assert fetch_script(enrolling, "linux", fresh["token"])[0] == 200  # the token was never presented

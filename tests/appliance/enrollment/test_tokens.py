@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from appliance.enrollment.service import RUN_AS_ROOT
+
 from tests.appliance.enrollment.conftest import fetch_script, new_token, put_payload
 from tests.conftest import start_appliance
 
@@ -22,7 +24,7 @@ def test_token_reply_has_uuid4_token_commands_and_expiry(enrolling):
     assert f"{base}/api/v1/enroll/windows?token={reply['token']}" in reply["command"]
     assert "\n" not in reply["command"] and "\n" not in reply["command_unix"]
     assert f"{base}/api/v1/enroll/$(uname -s" in reply["command_unix"]
-    assert reply["command_unix"].endswith("| sudo sh")
+    assert reply["command_unix"].endswith("| " + RUN_AS_ROOT)
     expires = calendar.timegm(time.strptime(reply["expires_at"], "%Y-%m-%dT%H:%M:%SZ"))
     assert abs(expires - (time.time() + 24 * 3600)) < 120
 
