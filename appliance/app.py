@@ -126,7 +126,8 @@ class Appliance:
         cert = key = None
         if s.rest.tls:
             cert, key = self.ca.server_cert_path, self.ca.server_key_path
-        self._rest = HttpServer(self.api.app, host, port, threads=s.rest.threads, cert_file=cert, key_file=key, name="rest")
+        self._rest = HttpServer(self.api.app, host, port, threads=s.rest.threads, cert_file=cert, key_file=key, name="rest",
+                                max_body_bytes=max(s.rest.max_body_bytes, s.artifacts.max_upload_bytes) + 64 * 1024)
         self._rest.start()
         self.rest_port = self._rest.port
         sweeper = threading.Thread(target=self._sweep, name="flow-sweep", daemon=True)
