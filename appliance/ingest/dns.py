@@ -16,6 +16,9 @@ _HEADER = struct.Struct("!HHHHHH")
 _RR_FIXED = struct.Struct("!HHIH")
 _MAX_POINTER_HOPS = 32
 _MAX_ANSWERS = 32
+# Labels one message may make the parser read, pointers included: a crafted message of a few
+# hundred compressed names must cost microseconds, not milliseconds (it is parsed on the hot path).
+_LABEL_BUDGET = 512
 _NAME_TYPES = {2, 5, 12}  # NS, CNAME, PTR: rdata is one name
 
 TYPE_A = 1
@@ -32,7 +35,31 @@ class _Malformed(Exception):
     """Internal: the message ends or points somewhere it cannot."""
 
 
-def _read_name(buf: bytes, offset: int) -> tuple[str, int]:
+class _Budget:
+    """Labels left to read in this message."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = _LABEL_BUDGET
+
+
+def _skip_name(buf: bytes, offset: int) -> int:
+    """The offset after the name at `offset`, without following compression pointers."""
+    while True:
+        if offset >= len(buf):
+            raise _Malformed("name runs past the end")
+        n = buf[offset]
+        if n == 0:
+            return offset + 1
+        if n & 0xC0 == 0xC0:
+            return offset + 2
+        if n & 0xC0:
+            raise _Malformed("reserved label type")
+        offset += 1 + n
+
+
+def _read_name(buf: bytes, offset: int, budget: _Budget) -> tuple[str, int]:
     """Read a possibly compressed name at `offset`; return it and the offset after it."""
     labels: list[str] = []
     end = -1
@@ -45,6 +72,9 @@ def _read_name(buf: bytes, offset: int) -> tuple[str, int]:
         if n == 0:
             offset += 1
             break
+        budget.left -= 1
+        if budget.left < 0:
+            raise _Malformed("too many labels in one message")
         kind = n & 0xC0
         if kind == 0xC0:
             if offset + 1 >= len(buf):
@@ -69,16 +99,16 @@ def _read_name(buf: bytes, offset: int) -> tuple[str, int]:
     return ".".join(labels), (end if end >= 0 else offset)
 
 
-def _rdata_text(buf: bytes, rtype: int, start: int, rdlen: int) -> str:
+def _rdata_text(buf: bytes, rtype: int, start: int, rdlen: int, budget: _Budget) -> str:
     rdata = buf[start : start + rdlen]
     if rtype == TYPE_A and rdlen == 4:
         return socket.inet_ntop(socket.AF_INET, rdata)
     if rtype == TYPE_AAAA and rdlen == 16:
         return socket.inet_ntop(socket.AF_INET6, rdata)
     if rtype in _NAME_TYPES:
-        return _read_name(buf, start)[0]
+        return _read_name(buf, start, budget)[0]
     if rtype == TYPE_MX and rdlen >= 3:
-        return _read_name(buf, start + 2)[0]
+        return _read_name(buf, start + 2, budget)[0]
     if rtype == TYPE_TXT:
         parts: list[str] = []
         i = 0
@@ -105,24 +135,29 @@ def parse_dns(payload: bytes, timestamp_ns: int = 0) -> DnsMessage | None:
         timestamp_ns=timestamp_ns,
     )
     offset = _HEADER.size
+    budget = _Budget()
     try:
         for index in range(qdcount):
-            name, offset = _read_name(payload, offset)
+            # Only the first question is kept (real resolvers send one); the others are skipped
+            # without following their pointers.
+            if index == 0:
+                msg.qname, offset = _read_name(payload, offset, budget)
+            else:
+                offset = _skip_name(payload, offset)
             if offset + 4 > len(payload):
                 raise _Malformed("truncated question")
-            qtype, qclass = struct.unpack_from("!HH", payload, offset)
-            offset += 4
             if index == 0:
-                msg.qname, msg.qtype, msg.qclass = name, qtype, qclass
+                msg.qtype, msg.qclass = struct.unpack_from("!HH", payload, offset)
+            offset += 4
         for _ in range(min(ancount, _MAX_ANSWERS)):
-            name, offset = _read_name(payload, offset)
+            name, offset = _read_name(payload, offset, budget)
             if offset + _RR_FIXED.size > len(payload):
                 raise _Malformed("truncated resource record")
             rtype, _rclass, ttl, rdlen = _RR_FIXED.unpack_from(payload, offset)
             offset += _RR_FIXED.size
             if offset + rdlen > len(payload):
                 raise _Malformed("rdata runs past the end")
-            msg.answers.append(DnsAnswer(name, rtype, ttl, _rdata_text(payload, rtype, offset, rdlen)))
+            msg.answers.append(DnsAnswer(name, rtype, ttl, _rdata_text(payload, rtype, offset, rdlen, budget)))
             offset += rdlen
     except (_Malformed, struct.error, ValueError, IndexError):
         msg.malformed = True

@@ -70,3 +70,26 @@ def test_garbage_never_raises():
         parse_dns(blob)
         parse_dns_tcp(blob)
 
+
+
+def test_a_crafted_message_of_many_compressed_questions_follows_one_name(monkeypatch):
+    from appliance.ingest import dns as dns_module
+    # A name of 120 labels, then 200 questions pointing at it: a parser that follows every pointer
+    # reads 24,000 labels; ours reads the first question's name and skips the rest unread.
+    long_name = b"".join(b"\x01a" for _ in range(120)) + b"\x00"
+    head = struct.pack("!HHHHHH", 7, 0x0100, 201, 0, 0, 0)
+    body = long_name + b"\x00\x01\x00\x01" + b"\xc0\x0c\x00\x01\x00\x01" * 200
+    reads = []
+    real = dns_module._read_name
+    monkeypatch.setattr(dns_module, "_read_name", lambda *a: reads.append(a[1]) or real(*a))
+    msg = parse_dns(head + body)
+    assert msg.qname.count(".") == 119 and not msg.malformed
+    assert reads == [12]
+
+
+def test_label_budget_stops_answer_amplification():
+    long_name = b"".join(b"\x01a" for _ in range(120)) + b"\x00"
+    head = struct.pack("!HHHHHH", 7, 0x8180, 1, 30, 0, 0)
+    answers = (b"\xc0\x0c" + struct.pack("!HHIH", 5, 1, 60, 2) + b"\xc0\x0c") * 30  # CNAMEs to the long name
+    msg = parse_dns(head + long_name + b"\x00\x01\x00\x01" + answers)
+    assert msg.malformed and len(msg.answers) < 30
