@@ -52,8 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  gRPC ingestion : port {appliance.grpc_port} ({'mutual TLS' if settings.grpc.tls else 'PLAINTEXT'})")
     print(f"  REST API       : {scheme}://localhost:{appliance.rest_port}/api/status")
     print(f"  CA certificate : {appliance.ca.ca_cert_path} (sha256 {appliance.ca.ca_fingerprint})")
-    if appliance.admin_token_created:
+    if appliance.admin_token_created and sys.stdout.isatty():
+        # Only to a person at a terminal: under systemd stdout goes to the journal, which keeps it.
         print(f"  admin token    : {appliance.admin_token}   (shown once; kept in {settings.paths.state_dir / ADMIN_TOKEN_FILE}, mode 0600)")
+    elif appliance.admin_token_created:
+        print(f"  admin token    : generated into {settings.paths.state_dir / ADMIN_TOKEN_FILE} (mode 0600)")
     elif os.environ.get("SENSOR_ADMIN_TOKEN"):
         print("  admin token    : from SENSOR_ADMIN_TOKEN")
     else:

@@ -85,4 +85,5 @@ class AgentRegistry:
 
     @property
     def online(self) -> int:
-        return sum(1 for a in self._agents.values() if a.streams > 0)
+        with self._lock:
+            return sum(1 for a in self._agents.values() if a.streams > 0)

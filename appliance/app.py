@@ -145,6 +145,8 @@ class Appliance:
         self._stop.set()
         if self._grpc is not None:
             self._grpc.stop(grace=2).wait(5)
+        for thread in self._threads:
+            thread.join(timeout=5)
         self.tracker.flush_all()
         self.pipeline.drain()
         self.pipeline.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -9,6 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 HISTORY_SIZE = 120
+
+log = logging.getLogger(__name__)
 
 
 class MetricsCollector:
@@ -42,7 +45,10 @@ class MetricsHistory:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.take()
+            try:
+                self.take()
+            except Exception:  # a failing source must not end the history for good
+                log.exception("metrics snapshot failed")
 
     def start(self) -> None:
         self.take()

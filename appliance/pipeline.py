@@ -129,7 +129,11 @@ class AnalysisPipeline:
                 self._pending.clear()
                 self._busy = len(batch)
             for flow in batch:
-                self.process(flow)
+                try:
+                    self.process(flow)
+                except Exception:  # exclusions or correlation failed (e.g. SQLite): count, keep going
+                    self.layer_errors += 1
+                    log.exception("analysis of flow %s failed after its layers", flow.flow_id)
                 self._busy -= 1
             with self._cond:
                 self._busy = 0

@@ -22,7 +22,7 @@ Count = Annotated[int, Field(ge=1, le=10**12)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DnsTunnelingConfig(_Section):

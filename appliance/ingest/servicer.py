@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 
@@ -110,8 +111,9 @@ def create_server(
     Every open stream holds one worker thread, so `max_workers` is the number of concurrent
     streams; beyond it new streams are refused with RESOURCE_EXHAUSTED rather than queued.
     """
+    executor = futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc")
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+        executor,
         maximum_concurrent_rpcs=max_workers,
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
@@ -124,4 +126,13 @@ def create_server(
     if port == 0:
         raise OSError(f"cannot listen for gRPC on {address}")
     server.start()
+    # grpc.Server.stop() leaves the executor it was given running; let stopping the server end it.
+    original_stop = server.stop
+
+    def stop(grace: float | None) -> object:
+        event = original_stop(grace)
+        threading.Thread(target=lambda: (event.wait(), executor.shutdown(wait=False)), daemon=True).start()
+        return event
+
+    server.stop = stop  # type: ignore[method-assign]
     return server, port

@@ -78,7 +78,9 @@ def tokens_equal(presented: str, expected: str) -> bool:
 
 
 def bearer_token() -> str:
-    header = bottle.request.get_header("Authorization", "")
+    # Straight from the WSGI environ (a latin-1 str): Bottle's header accessor decodes and raises
+    # on bytes that are not UTF-8, which must be a 401 like any other bad token, not a 500.
+    header = bottle.request.environ.get("HTTP_AUTHORIZATION", "")
     scheme, _, token = header.partition(" ")
     return token.strip() if scheme.lower() == "bearer" else ""
 
@@ -165,9 +167,21 @@ def read_json(max_bytes: int) -> Any:
     if not raw:
         raise ApiError(400, "Request body must be JSON")
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+        return json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise ApiError(400, "Request body is not valid JSON") from None
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:20]} is too large")
+    return value
+
+
+def _reject_constant(name: str) -> Any:
+    """NaN and Infinity are not JSON; Python's parser accepts them unless told otherwise."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def parse_model(model: type[M], data: Any) -> M:

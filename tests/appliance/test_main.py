@@ -42,7 +42,8 @@ paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_di
             port = int(match.group(1))
     assert port, "".join(lines)
     token_line = next(l for l in iter(proc.stdout.readline, "") if "admin token" in l)
-    token = token_line.split(":", 1)[1].split()[0]
+    token = (tmp_path / "state" / "admin.token").read_text().strip()
+    assert token not in token_line  # stdout is not a terminal here: the secret stays out of logs
     ctx = ssl.create_default_context(cafile=f"{tmp_path}/certs/ca.pem")
     with urllib.request.urlopen(f"https://localhost:{port}/api/status", context=ctx, timeout=10) as reply:
         assert json.load(reply)["status"] == "Running"

@@ -130,3 +130,21 @@ def test_environment_token_wins(tmp_path, monkeypatch):
         assert not (tmp_path / "state" / "admin.token").exists()
     finally:
         running.app.stop()
+
+
+@pytest.mark.parametrize("raw", [b'{"x": 1e999}', b'{"x": NaN}', b'{"x": Infinity}', b"[" * 100000])
+def test_bodies_that_are_not_finite_json_are_400(appliance, raw):
+    status, body = appliance.rest.call("POST", "/api/v1/config", raw=raw)
+    assert status == 400 and body == {"error": "Request body is not valid JSON"}
+
+
+def test_a_non_utf8_authorization_header_is_a_401_not_a_500(appliance):
+    import http.client
+    import ssl
+    ctx = ssl.create_default_context(cafile=str(appliance.app.ca.ca_cert_path))
+    conn = http.client.HTTPSConnection("localhost", appliance.app.rest_port, context=ctx, timeout=10)
+    conn.putrequest("GET", "/api/v1/metrics")
+    conn.putheader("Authorization", b"Bearer \xe9\xff")
+    conn.endheaders()
+    reply = conn.getresponse()
+    assert reply.status == 401 and reply.read() == b'{"error": "Authentication required"}'
