@@ -43,6 +43,7 @@ _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
 _KEY_SUFFIXES = (".key", ".p12", ".pfx", ".pvk", ".jks", ".keystore", ".p8")
 _KEY_MARKERS = (b"PRIVATE KEY-----", b"-----BEGIN OPENSSH PRIVATE KEY")
 _SNIFF_BYTES = 64 * 1024
+_KEY_SCANS: dict[tuple[str, int, int], bool] = {}
 
 # Content types by suffix, longest suffix first wins; everything else is application/octet-stream.
 CONTENT_TYPES: dict[str, str] = {
@@ -173,9 +174,28 @@ def _unlink(path: Path) -> None:
 
 
 def _holds_private_key(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        head = handle.read(_SNIFF_BYTES)
-    return any(marker in head for marker in _KEY_MARKERS)
+    """Whether the file contains a PEM/OpenSSH private key anywhere (the whole file is read once
+    per size and modification time; the answer is cached)."""
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    cached = _KEY_SCANS.get(key)
+    if cached is not None:
+        return cached
+    found = False
+    overlap = max(len(m) for m in _KEY_MARKERS)
+    tail = b""
+    with path.open("rb") as handle:
+        while not found:
+            chunk = handle.read(_SNIFF_BYTES)
+            if not chunk:
+                break
+            window = tail + chunk
+            found = any(marker in window for marker in _KEY_MARKERS)
+            tail = window[-overlap:]
+    if len(_KEY_SCANS) > 4096:
+        _KEY_SCANS.clear()
+    _KEY_SCANS[key] = found
+    return found
 
 
 def _sha256_file(path: Path) -> str:

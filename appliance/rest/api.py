@@ -32,6 +32,7 @@ _REASONS = {
     403: "Forbidden",
     404: "Not found",
     405: "Method not allowed",
+    411: "Length required",
     413: "Request body too large",
     415: "Unsupported media type",
     422: "Unprocessable entity",

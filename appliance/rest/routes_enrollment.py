@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -124,7 +125,9 @@ def install(
     def create_token() -> dict[str, Any]:
         request = TokenRequest()
         # The body is optional: `curl -X POST` without data sends none (and no Content-Length).
-        if bottle.request.content_length > 0 or bottle.request.get_header("Transfer-Encoding"):
+        if bottle.request.get_header("Transfer-Encoding"):
+            raise ApiError(411, "Send the body with a Content-Length (chunked bodies are not accepted)")
+        if bottle.request.content_length > 0:
             request = parse_model(TokenRequest, read_json(api.max_body_bytes))
         new = enrollment.create_token(request.ttl_hours * 3600 if request.ttl_hours else None)
         return {"token": new.token, "command": new.command, "command_unix": new.command_unix,
@@ -138,7 +141,7 @@ def install(
         try:
             script = enrollment.enroll(raw, os_kind, source)
         except TokenRefused as err:
-            prefix = (raw or "")[:6].encode("ascii", "replace").decode("ascii")
+            prefix = re.sub(r"[^0-9a-fA-F-]", "?", (raw or "")[:6])  # nothing an attacker sends reaches the log raw
             log.warning("enrollment refused os=%s token=%s reason=%s source=%s", os_kind, prefix or "-", err.reason,
                         source)
             raise ApiError(403, _REFUSED, code="token_refused") from None

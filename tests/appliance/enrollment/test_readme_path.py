@@ -17,3 +17,23 @@ def test_readme_token_command_works_without_a_body(appliance):
     ).stdout
     reply = json.loads(out)
     assert set(reply) >= {"token", "command", "command_unix", "expires_at"}, reply
+
+
+def test_a_chunked_token_request_is_411(appliance):
+    import http.client
+    import ssl
+    ctx = ssl.create_default_context(cafile=str(appliance.app.ca.ca_cert_path))
+    conn = http.client.HTTPSConnection("localhost", appliance.app.rest_port, context=ctx, timeout=10)
+    conn.request("POST", "/api/v1/agent/tokens", body=iter([b"{}"]), encode_chunked=True,
+                 headers={"Authorization": f"Bearer {appliance.rest.token}", "Transfer-Encoding": "chunked"})
+    reply = conn.getresponse()
+    assert reply.status == 411 and b"Content-Length" in reply.read()
+
+
+def test_a_refused_token_cannot_forge_log_lines(appliance, caplog):
+    import logging
+    with caplog.at_level(logging.WARNING):
+        status, _ = appliance.rest.get("/api/v1/enroll/linux?token=%0a%0dFAKE", token=None)
+    assert status == 403
+    refused = [r.getMessage() for r in caplog.records if "enrollment refused" in r.getMessage()]
+    assert refused and all("\n" not in m and "\r" not in m for m in refused)

@@ -115,13 +115,14 @@ def test_private_keys_are_never_served_by_name_or_by_content(enrolling):
     key = (enrolling.tmp / "certs" / "server.key").read_bytes()
     (static / "server.key").write_bytes(key)
     (static / "notes.txt").write_bytes(b"hello\n" + key)
+    (static / "bundle.bin").write_bytes(b"\0" * (64 * 1024 - 15) + key)  # the marker straddles the first 64 KiB
     (static / "id_rsa.pem").write_bytes(b"-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----\n")
     (static / ".hidden").write_bytes(b"temp")
-    for name in ("server.key", "notes.txt", "id_rsa.pem", ".hidden"):
+    for name in ("server.key", "notes.txt", "bundle.bin", "id_rsa.pem", ".hidden"):
         status, _, body = raw_get(enrolling, f"/static/{name}")
         assert status == 404 and b"PRIVATE" not in body, name
     manifest = json.loads(raw_get(enrolling, "/static/manifest.json")[2])
     enrolling.app.extras["artifacts"].refresh()
     manifest = json.loads(raw_get(enrolling, "/static/manifest.json")[2])
     names = {f["name"] for f in manifest["files"]}
-    assert not names & {"server.key", "notes.txt", "id_rsa.pem", ".hidden"}
+    assert not names & {"server.key", "notes.txt", "bundle.bin", "id_rsa.pem", ".hidden"}
