@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from agents import __version__
@@ -95,8 +98,42 @@ def main(argv: list[str]) -> int:
             return 0 if summary.get("complete", True) else 1
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: agent.stop.set())
-        agent.run()
-        return 0
+        return _supervise(agent.run, agent.stop)
     except AgentError as err:
         print(f"sensor-agent: {err}", file=sys.stderr)
         return 2
+
+
+# How long the capture may take to wind down after a stop request (its own flushes are bounded
+# by about 4 s) before the process exits regardless: a service manager is waiting.
+_STOP_GRACE_S = 8.0
+
+
+def _supervise(run: Callable[[], None], stop: threading.Event) -> int:
+    """Run the capture on a worker thread while the main thread only waits for a stop request.
+
+    Python runs signal handlers on the main thread, between bytecodes: if the main thread were the
+    capture loop and sat in a blocking system call (a netlink address refresh, say) when SIGTERM
+    arrived on another thread, the handler would wait for that call. A main thread that does
+    nothing but wait on an event notices the signal within half a second, every time.
+    """
+    failure: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            run()
+        except BaseException as err:  # handed to the main thread, which reports it as before
+            failure.append(err)
+
+    worker = threading.Thread(target=body, name="capture", daemon=True)
+    worker.start()
+    while worker.is_alive() and not stop.wait(0.5):
+        pass
+    worker.join(_STOP_GRACE_S)
+    if worker.is_alive():
+        log.warning("capture did not stop within %.0f s of the stop request; exiting anyway", _STOP_GRACE_S)
+        logging.shutdown()
+        os._exit(0)
+    if failure:
+        raise failure[0]
+    return 0
