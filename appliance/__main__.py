@@ -20,7 +20,7 @@ def _notify(state: str) -> None:
     if not os.environ.get("NOTIFY_SOCKET"):
         return
     try:
-        from systemd import daemon
+        from systemd import daemon  # type: ignore[attr-defined]
     except ImportError:  # systemd-python not installed: run without notifications
         return
     daemon.notify(state)

@@ -132,7 +132,7 @@ class CertificateAuthority:
         if ca_cert_path.exists():
             ca_cert = _load_cert(ca_cert_path)
             ca_key = _load_key(ca_key_path)
-            if ca_cert.public_key().public_numbers() != ca_key.public_key().public_numbers():
+            if not _same_key(ca_cert, ca_key):
                 raise PkiError(f"{ca_key_path}: does not match {ca_cert_path}")
         else:
             ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -172,7 +172,7 @@ class CertificateAuthority:
         if cert_path.exists() and key_path.exists():
             cert = _load_cert(cert_path)
             key = _load_key(key_path)
-            if cert.public_key().public_numbers() != key.public_key().public_numbers():
+            if not _same_key(cert, key):
                 raise PkiError(f"{key_path}: does not match {cert_path}")
             return
         key = ec.generate_private_key(ec.SECP256R1())
@@ -247,6 +247,12 @@ class CertificateAuthority:
             .sign(self.ca_key, hashes.SHA256())
         )
         return IssuedCertificate(cert_pem(cert), key_pem(key), serial, fingerprint(cert), common_name, not_after)
+
+
+def _same_key(cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> bool:
+    """Whether `key` is the private half of the certificate's public key."""
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return cert.public_key().public_bytes(*spki) == key.public_key().public_bytes(*spki)
 
 
 def _load_cert(path: Path) -> x509.Certificate:

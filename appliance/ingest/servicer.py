@@ -131,7 +131,11 @@ def create_server(
 
     def stop(grace: float | None) -> object:
         event = original_stop(grace)
-        threading.Thread(target=lambda: (event.wait(), executor.shutdown(wait=False)), daemon=True).start()
+        def shut_down_executor() -> None:
+            event.wait()
+            executor.shutdown(wait=False)
+
+        threading.Thread(target=shut_down_executor, daemon=True).start()
         return event
 
     server.stop = stop  # type: ignore[method-assign]
