@@ -98,11 +98,11 @@ class NameScorer:
         digit_ratio = digits / n
         consonant_ratio = len(consonants) / max(len(letters), 1)
         # Each feature mapped to 0..1 "how random", then weighted; the weights favour the model.
-        f_ll = _ramp(-ll, 2.0, 3.3)
-        f_entropy = _ramp(entropy, 2.8, 3.8) if n >= 8 else 0.0
-        f_digits = _ramp(digit_ratio, 0.1, 0.4)
-        f_consonants = max(_ramp(consonant_ratio, 0.65, 0.85), _ramp(best, 4, 7))
-        length_weight = _ramp(n, 5, 10)  # short labels carry little information either way
+        f_ll = ramp(-ll, 2.0, 3.3)
+        f_entropy = ramp(entropy, 2.8, 3.8) if n >= 8 else 0.0
+        f_digits = ramp(digit_ratio, 0.1, 0.4)
+        f_consonants = max(ramp(consonant_ratio, 0.65, 0.85), ramp(best, 4, 7))
+        length_weight = ramp(n, 5, 10)  # short labels carry little information either way
         score = length_weight * (0.55 * f_ll + 0.15 * f_entropy + 0.15 * f_digits + 0.15 * f_consonants)
         result = NameFeatures(label, round(ll, 3), round(entropy, 3), round(digit_ratio, 3),
                               round(consonant_ratio, 3), best, round(min(score, 1.0), 3))
@@ -115,7 +115,7 @@ class NameScorer:
         return self.features(label).score
 
 
-def _ramp(value: float, low: float, high: float) -> float:
+def ramp(value: float, low: float, high: float) -> float:
     """0 at or below `low`, 1 at or above `high`, linear between."""
     if value <= low:
         return 0.0

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.detections import Throttle, make_detection
 from appliance.detection.domains import RegisteredDomains
-from appliance.detection.dpi.dga import NameScorer, shannon_entropy
+from appliance.detection.dpi.dga import NameScorer, ramp, shannon_entropy
 from appliance.model import Category, Detection, DnsMessage, FlowRecord, Severity, ip_str
 
 _NS = 1_000_000_000
@@ -24,14 +24,6 @@ _NXDOMAIN = 3
 _LOCAL_SUFFIXES = ("arpa", "local", "lan", "internal", "localdomain", "home")
 _MAX_KEYS = 100_000
 _MAX_EVENTS_PER_KEY = 4096
-
-
-def _ramp(value: float, low: float, high: float) -> float:
-    if value <= low:
-        return 0.0
-    if value >= high:
-        return 1.0
-    return (value - low) / (high - low)
 
 
 @dataclass(slots=True)
@@ -219,8 +211,8 @@ class DnsAnalyzer:
                       remote_ip=ip_str(flow.remote_ip), domain=registered)
         if mean_len >= c.min_mean_subdomain_length and mean_entropy >= c.min_label_entropy and unique >= c.min_unique_subdomains:
             if self._throttle.allow(("tun_names", flow.agent_id, registered), now_ns, interval):
-                confidence = (0.45 + 0.25 * _ramp(mean_len, c.min_mean_subdomain_length, 3 * c.min_mean_subdomain_length)
-                              + 0.2 * _ramp(mean_entropy, c.min_label_entropy, 4.5)
+                confidence = (0.45 + 0.25 * ramp(mean_len, c.min_mean_subdomain_length, 3 * c.min_mean_subdomain_length)
+                              + 0.2 * ramp(mean_entropy, c.min_label_entropy, 4.5)
                               + (0.1 if qtype_share >= c.suspicious_qtype_share else 0.0))
                 reason = (f"{unique} unique subdomains of {registered} averaging {mean_len:.0f} characters "
                           f"at {mean_entropy:.1f} bits/char")
@@ -228,8 +220,8 @@ class DnsAnalyzer:
                                           evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
         if unique >= c.min_unique_subdomains and w.unique_bytes >= c.min_name_bytes and mean_len >= c.min_mean_subdomain_length / 2:
             if self._throttle.allow(("tun_volume", flow.agent_id, registered), now_ns, interval):
-                confidence = (0.4 + 0.35 * _ramp(w.unique_bytes, c.min_name_bytes, 10 * c.min_name_bytes)
-                              + 0.15 * _ramp(unique, c.min_unique_subdomains, 10 * c.min_unique_subdomains)
+                confidence = (0.4 + 0.35 * ramp(w.unique_bytes, c.min_name_bytes, 10 * c.min_name_bytes)
+                              + 0.15 * ramp(unique, c.min_unique_subdomains, 10 * c.min_unique_subdomains)
                               + (0.1 if qtype_share >= c.suspicious_qtype_share else 0.0))
                 reason = f"{w.unique_bytes} bytes of unique query names to {registered} within {c.window_s:.0f} s"
                 out.append(make_detection("dpi.dns.tunnel_volume", Category.DNS_TUNNELING, confidence, Severity.HIGH,
@@ -266,14 +258,14 @@ class DnsAnalyzer:
                       last_ns=now_ns, remote_ip=resolver)
         if len(suspicious) >= c.min_suspicious_domains and share >= c.min_suspicious_share:
             if self._throttle.allow(("dga", flow.agent_id, resolver), now_ns, interval):
-                confidence = 0.5 + 0.3 * _ramp(len(suspicious), c.min_suspicious_domains, 4 * c.min_suspicious_domains) \
-                    + 0.2 * _ramp(evidence["mean_score"], c.name_threshold, 0.9)  # type: ignore[arg-type]
+                confidence = 0.5 + 0.3 * ramp(len(suspicious), c.min_suspicious_domains, 4 * c.min_suspicious_domains) \
+                    + 0.2 * ramp(evidence["mean_score"], c.name_threshold, 0.9)  # type: ignore[arg-type]
                 reason = f"{len(suspicious)} algorithmically generated-looking domains in {c.window_s:.0f} s"
                 out.append(make_detection("dpi.dns.dga", Category.DGA, confidence, Severity.HIGH,
                                           evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
         if answered >= c.nxdomain_min_responses and nx_ratio >= c.nxdomain_ratio:
             if self._throttle.allow(("nx", flow.agent_id, resolver), now_ns, interval):
-                confidence = 0.35 + 0.4 * _ramp(nx_ratio, c.nxdomain_ratio, 0.95)
+                confidence = 0.35 + 0.4 * ramp(nx_ratio, c.nxdomain_ratio, 0.95)
                 reason = f"{nx_ratio:.0%} of {answered} answers were NXDOMAIN"
                 out.append(make_detection("dpi.dns.nxdomain", Category.DGA, confidence, Severity.MEDIUM,
                                           evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
@@ -300,13 +292,13 @@ class DnsAnalyzer:
                       last_ns=now_ns, remote_ip=resolver)
         out: list[Detection] = []
         if rate >= c.absolute_qps and self._throttle.allow(("flood_abs", flow.agent_id, resolver), now_ns, interval):
-            confidence = 0.55 + 0.4 * _ramp(rate, c.absolute_qps, 5 * c.absolute_qps)
+            confidence = 0.55 + 0.4 * ramp(rate, c.absolute_qps, 5 * c.absolute_qps)
             reason = f"{rate:.0f} queries/s, above the {c.absolute_qps:.0f}/s ceiling"
             out.append(make_detection("dpi.dns.flood_rate", Category.DNS_FLOOD, confidence, Severity.HIGH,
                                       evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
         if warm and rate >= c.baseline_min_qps and z >= c.baseline_z and \
                 self._throttle.allow(("flood_z", flow.agent_id, resolver), now_ns, interval):
-            confidence = 0.45 + 0.4 * _ramp(z, c.baseline_z, 4 * c.baseline_z)
+            confidence = 0.45 + 0.4 * ramp(z, c.baseline_z, 4 * c.baseline_z)
             reason = f"{rate:.0f} queries/s is {z:.0f} standard deviations above this agent's baseline"
             out.append(make_detection("dpi.dns.flood_baseline", Category.DNS_FLOOD, confidence, Severity.MEDIUM,
                                       evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
