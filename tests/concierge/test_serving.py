@@ -158,7 +158,7 @@ def test_200_open_streams_do_not_starve_ordinary_requests(make_concierge) -> Non
             started = time.monotonic()
             assert staff.get("/cardex/guests").status_code == 200
             timings.append(time.monotonic() - started)
-        assert max(timings) < 1.0, timings
+        assert max(timings) < 2.0, timings  # a starved request waits for a free thread: many seconds
         guest_user = guest_client.me["user"]["id"]
         concierge.pubsub.publish(f"guest:{guest_user}:status", {"status": "arrived"})
         assert all(s.next_event()["data"] == {"status": "arrived"} for s in streams)
