@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -96,9 +97,13 @@ def main(argv: list[str]) -> int:
             # The summary goes to stdout when sending, to stderr under --dry-run (stdout holds the packets).
             print(json.dumps(summary, sort_keys=True), file=sys.stderr if options.dry_run else sys.stdout)
             return 0 if summary.get("complete", True) else 1
+        requested: list[int] = []
         for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: agent.stop.set())
-        return _supervise(agent.run, agent.stop)
+            # Only append: a handler that took a lock (Event.set does) deadlocks when a second signal
+            # lands while the first is still inside it, and a one-file binary receives SIGTERM twice
+            # (from the sender and forwarded by its bootloader).
+            signal.signal(signum, lambda signum, _frame: requested.append(signum))
+        return _supervise(agent.run, agent.stop, requested)
     except AgentError as err:
         print(f"sensor-agent: {err}", file=sys.stderr)
         return 2
@@ -109,13 +114,14 @@ def main(argv: list[str]) -> int:
 _STOP_GRACE_S = 8.0
 
 
-def _supervise(run: Callable[[], None], stop: threading.Event) -> int:
+def _supervise(run: Callable[[], None], stop: threading.Event, requested: list[int]) -> int:
     """Run the capture on a worker thread while the main thread only waits for a stop request.
 
     Python runs signal handlers on the main thread, between bytecodes: if the main thread were the
     capture loop and sat in a blocking system call (a netlink address refresh, say) when SIGTERM
-    arrived on another thread, the handler would wait for that call. A main thread that does
-    nothing but wait on an event notices the signal within half a second, every time.
+    arrived on another thread, the handler would wait for that call. A main thread that only
+    sleeps notices the signal handlers' `requested` within a fraction of a second, every time,
+    and sets `stop` itself, outside any handler.
     """
     failure: list[BaseException] = []
 
@@ -127,8 +133,9 @@ def _supervise(run: Callable[[], None], stop: threading.Event) -> int:
 
     worker = threading.Thread(target=body, name="capture", daemon=True)
     worker.start()
-    while worker.is_alive() and not stop.wait(0.5):
-        pass
+    while worker.is_alive() and not requested and not stop.is_set():
+        time.sleep(0.2)
+    stop.set()
     worker.join(_STOP_GRACE_S)
     if worker.is_alive():
         log.warning("capture did not stop within %.0f s of the stop request; exiting anyway", _STOP_GRACE_S)

@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 import sys
-import threading
+import time
 
 from appliance import __version__
 from appliance.app import ADMIN_TOKEN_FILE, build
@@ -64,16 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  authenticate   : curl --cacert {appliance.ca.ca_cert_path} -H \"Authorization: Bearer $TOKEN\" "
           f"{scheme}://localhost:{appliance.rest_port}/api/v1/metrics", flush=True)
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: object) -> None:
-        logging.getLogger("appliance").info("signal %d: shutting down", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    # The handler only appends: taking a lock (Event.set, logging) inside a signal handler deadlocks
+    # when a second signal arrives while the first handler holds it (a double Ctrl-C, say).
+    requested: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: requested.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: requested.append(signum))
     _notify("READY=1")
-    stop.wait()
+    while not requested:
+        time.sleep(0.2)
+    logging.getLogger("appliance").info("signal %d: shutting down", requested[0])
     _notify("STOPPING=1")
     appliance.stop()
     return 0

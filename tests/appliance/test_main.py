@@ -51,6 +51,7 @@ paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_di
     with urllib.request.urlopen(req, context=ctx, timeout=10) as reply:
         assert reply.status == 200
     proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)  # a second signal while the first is handled must not deadlock
     assert proc.wait(30) == 0
     assert (tmp_path / "state" / "admin.token").stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "certs" / "ca.key").stat().st_mode & 0o777 == 0o600
