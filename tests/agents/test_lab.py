@@ -25,6 +25,7 @@ import pytest
 from tests.agents.conftest import ROOT
 from tests.agents.netns import Lab, lab_available
 from tests.conftest import RunningAppliance, start_appliance
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -117,15 +118,6 @@ def _enroll_directly(running: RunningAppliance, root: Path, target: str) -> Enro
     machine_id = (root / "etc" / "machine-id").read_text().strip()
     config.write_text(f"target_url: https://{target}\nserver_name: localhost\nmachine_id: {machine_id}\n")
     return Enrolled(running, root, config, False)
-
-
-def wait_for(check: Any, timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
 
 
 def traffic(lab: Lab, *args: str) -> dict[str, Any]:

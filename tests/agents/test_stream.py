@@ -23,6 +23,7 @@ from agents.stream import Connection, StreamClient, StreamTuning
 from tests.agents.conftest import PCAPS, ROOT
 from tests.agents.frames import pcapng_bytes
 from tests.conftest import RunningAppliance, start_appliance
+from tests.polling import wait_for
 
 TUNNEL = PCAPS / "dns-tunnel-txt-base64.pcap"
 
@@ -35,15 +36,6 @@ def agent_files(running: RunningAppliance, tmp: Path, cn: str = "sensor-agent-la
     paths["cert"].write_bytes(issued.cert_pem)
     paths["key"].write_bytes(issued.key_pem)
     return {k: str(v) for k, v in paths.items()}
-
-
-def wait_for(check: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
 
 
 def agent_flows(running: RunningAppliance, agent_id: str) -> list[dict[str, Any]]:

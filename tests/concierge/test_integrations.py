@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import time
 
 from concierge.pms import PmsReservation, SimulatedPms
 from tests.concierge.conftest import make_hotel
+from tests.polling import wait_for
 
 
 def _reservations(n: int) -> list[PmsReservation]:
     return [PmsReservation(f"R{i:04d}", f"First{i}", f"Last{i}", f"r{i}@mail.test", None, f"{100 + i}", "2030-05-01", "2030-05-04", "expected") for i in range(n)]
-
-
-def _wait(predicate, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_pms_outage_never_loses_an_arrival(make_concierge) -> None:
@@ -31,7 +22,7 @@ def test_pms_outage_never_loses_an_arrival(make_concierge) -> None:
     guest = staff.post("/cardex/guests", {"firstName": "Out", "lastName": "Age"}).json()
     resp = staff.post("/cardex/confirm-arrival", {"guestId": guest["id"]})
     assert resp.status_code == 200 and resp.json()["status"] == "arrived"  # local change committed regardless
-    assert _wait(lambda: pms.calls == [("check_in", pms.calls[0][1])] if pms.calls else False)
+    assert wait_for(lambda: pms.calls == [("check_in", pms.calls[0][1])] if pms.calls else False)
     status = staff.get("/integrations/status").json()
     item = status["outbox"][0]
     assert item["kind"] == "pms.check_in" and item["status"] == "delivered" and item["attempts"] == 3
@@ -47,7 +38,7 @@ def test_permanent_pms_refusal_is_marked_dead_not_retried_forever(make_concierge
     guest = staff.get("/cardex/guests", params={"search": "First0"}).json()["items"][0]
     pms.add(PmsReservation("R0000", "First0", "Last0", None, None, None, None, None, "canceled"))  # canceled at the PMS meanwhile
     staff.post("/cardex/confirm-arrival", {"guestId": guest["id"]})
-    assert _wait(lambda: staff.get("/integrations/status").json()["dead"] == 1)
+    assert wait_for(lambda: staff.get("/integrations/status").json()["dead"] == 1)
 
 
 def test_full_sync_reports_counts_and_updates_on_rerun(make_concierge) -> None:

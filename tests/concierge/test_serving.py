@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from tests.concierge.conftest import PASSWORD, Client, Hotel, SseClient, free_port, make_hotel, wait_port
+from tests.polling import wait_for
 
 SITE = Path(__file__).resolve().parents[2] / "packaging" / "nginx" / "concierge.conf"
 
@@ -167,15 +168,6 @@ def test_200_open_streams_do_not_starve_ordinary_requests(make_concierge) -> Non
             s.close()
 
 
-def _await(predicate, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_per_user_cap_answers_503_with_retry_after(make_concierge) -> None:
     concierge, base = make_concierge(sse_max_streams_per_user=2)
     hotel = make_hotel(concierge, base)
@@ -216,7 +208,7 @@ def test_a_dead_client_is_noticed_and_its_slot_freed(make_concierge) -> None:
     assert concierge.hub.open_streams == 1
     stream.conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # RST on close, like a vanished phone
     stream.close()
-    assert _await(lambda: concierge.hub.open_streams == 0), "the server kept the dead stream"
+    assert wait_for(lambda: concierge.hub.open_streams == 0), "the server kept the dead stream"
     again = SseClient(base, guest_client.cookie)  # the slot is usable again
     try:
         assert again.status == 200 and again.next_event()["event"] == "ready"

@@ -13,19 +13,11 @@ from appliance.detection.signatures.operators import OPERATORS
 from appliance.detection.signatures.rules import load_directory, parse_rule
 from tests.appliance.detection import scenarios as sc
 from tests.appliance.detection.conftest import RULES, alerts_of
+from tests.polling import wait_for
 
 RULE = {"id": "SIG-TEST-001", "title": "Test rule", "description": "POST to the test host", "protocol": "http",
         "category": "HttpExfiltration", "severity": "High", "confidence": 0.5, "enabled": True,
         "conditions": [{"field": "http.host", "op": "endswith", "value": "exfil-example.com"}]}
-
-
-def wait_for(predicate, timeout: float = 5.0) -> bool:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def test_shipped_rules_are_sixteen_over_five_protocols_and_the_readme_documents_every_operator_and_field():

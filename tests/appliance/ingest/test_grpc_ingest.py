@@ -1,7 +1,6 @@
 """Ingestion through a real gRPC server over loopback (mTLS), as agents use it."""
 
 import threading
-import time
 import uuid
 
 import grpc
@@ -10,21 +9,13 @@ import pytest
 from appliance.generated import sensor_pb2
 from appliance.ingest.identity import AGENT_NAMESPACE
 from tests.appliance import wire
+from tests.polling import wait_for
 
 BASE_MS = 1_700_000_000_000
 
 
 def meta(machine="machine-A", host="host-a"):
     return [("x-machine-id", machine), ("x-agent-hostname", host), ("x-agent-os", "linux"), ("x-agent-version", "1.2.3")]
-
-
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_stream_packets_one_message_per_packet(appliance):
