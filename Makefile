@@ -9,6 +9,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 GEN := appliance/generated/sensor_pb2.py
 AGENTS_GEN := agents/generated/sensor_pb2.py
+# The C hot path of ingestion (appliance/native/fastpath.c), compiled in place by the editable install.
+NATIVE := appliance/native/.built
 # Debian packages the build or the tests need (systemd-python builds against libsystemd).
 APT_PACKAGES := pkg-config libsystemd-dev iproute2 curl shellcheck systemd
 # The agents' network-namespace lab: a resolver and real tunneling tools; binutils for PyInstaller.
@@ -35,12 +37,16 @@ sysdeps:
 $(STAMP): requirements.txt concierge/requirements.txt pyproject.toml | sysdeps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt $(PIPQUIET)
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . $(PIPQUIET)
 	@touch $@
 
-venv: $(STAMP)
+$(NATIVE): appliance/native/fastpath.c pyproject.toml $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . $(PIPQUIET)
+	@$(PY) -c "import appliance.native.fastpath" || { echo "the C fast path did not build: see the compiler output above"; exit 1; }
+	@touch $@
 
-$(GEN): proto/sensor.proto $(STAMP)
+venv: $(STAMP) $(NATIVE)
+
+$(GEN): proto/sensor.proto $(STAMP) $(NATIVE)
 	@mkdir -p appliance/generated
 	@touch appliance/generated/__init__.py
 	$(PY) -m grpc_tools.protoc -Iappliance/generated=proto --python_out=. --grpc_python_out=. --pyi_out=. proto/sensor.proto
@@ -77,6 +83,6 @@ bench: $(GEN) $(AGENTS_GEN)
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) appliance/generated agents/generated var .pytest_cache
+	rm -rf $(VENV) appliance/generated agents/generated var .pytest_cache $(NATIVE) appliance/native/*.so
 
 -include concierge/concierge.mk

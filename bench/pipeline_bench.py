@@ -53,10 +53,9 @@ def finished_flows(streams: list[tuple[str, list]], slice_ms: int = 60_000) -> l
     from appliance.ingest.convert import PacketConverter
 
     flows: list = []
-    tracker = FlowTracker(lambda ended: flows.extend(ended) if isinstance(ended, list) else flows.append(ended))
+    tracker = FlowTracker(flows.extend)
     converter = PacketConverter()
-    convert = converter.read if hasattr(converter, "read") else (
-        lambda chunk: [p for p in (converter.convert(m) for m in chunk) if p is not None])
+    convert = converter.read
     for agent, _ in streams:
         tracker.stream_opened(agent)
     cursors = [0] * len(streams)

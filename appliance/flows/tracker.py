@@ -1,7 +1,8 @@
 """FlowTracker: aggregates packets into flows per agent and 5-tuple, on event time.
 
-Flows live in one table per agent and per timeout class; each table is an OrderedDict in
-least-recently-updated order, so idle expiry pops from the front instead of scanning. Every
+Flows live in one list per agent and per timeout class, in least-recently-updated order, so
+idle expiry pops from the front instead of scanning; the lists and a hash of the 5-tuples are
+kept in C (appliance/native/fastpath.c) because they are touched once per packet. Every
 agent has its own event clock (the newest packet timestamp it sent) so a replayed capture expires
 exactly like live traffic; a wall-clock sweep advances the clock of agents that went quiet.
 
@@ -16,18 +17,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import heapq
 import struct
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from appliance.ingest.convert import RawPacket, expand
-from appliance.model import TCP_FIN, TCP_RST, DnsMessage, FlowRecord, Transport
+from appliance.ingest.convert import PacketConverter, RawPacket, expand
+from appliance.model import DnsMessage, FlowRecord, Transport
+from appliance.native.fastpath import FlowTable
 
-_OUTBOUND = 1
 _NS = 1_000_000_000
 
 # Timeout classes. DNS over UDP gets its own short class: a resolver transaction is over in
@@ -46,9 +45,6 @@ END_TCP_CLOSE = "tcp_close"
 END_STREAM = "stream_end"
 END_EVICTED = "evicted"
 END_SHUTDOWN = "shutdown"
-
-_FIN_OUT = 1
-_FIN_IN = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,29 +98,16 @@ def community_id(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) 
     return "1:" + base64.b64encode(flow_hash(protocol, ip_a, port_a, ip_b, port_b)).decode()
 
 
-_CLASS_BY_PROTOCOL = {6: CLASS_TCP, 17: CLASS_UDP, 1: CLASS_ICMP}
 _TRANSPORTS = {6: Transport.TCP, 17: Transport.UDP, 1: Transport.ICMP}
 
 
-class _AgentFlows:
-    """The live flows of one agent, with its event clock."""
-
-    __slots__ = ("agent_id", "clock_ns", "wall", "tables", "fins", "streams")
-
-    def __init__(self, agent_id: str) -> None:
-        self.agent_id = agent_id
-        self.clock_ns = 0
-        self.wall = time.monotonic()
-        self.tables: dict[str, OrderedDict[tuple, FlowRecord]] = {c: OrderedDict() for c in CLASSES}
-        self.fins: dict[tuple, int] = {}  # TCP flows that saw a FIN, by key -> directions seen
-        self.streams = 0
-
-    def count(self) -> int:
-        return sum(len(t) for t in self.tables.values())
-
-
 class FlowTracker:
-    """Aggregates packets into flows and hands every finished flow to `on_expire` once."""
+    """Aggregates packets into flows and hands every finished flow to `on_expire` once.
+
+    The tables and the per-packet accounting live in C (`appliance.native.fastpath.FlowTable`);
+    this class owns the domain around them: building a flow's record, keeping its samples and
+    DNS messages, and handing ended flows over. Every call is serialised by `lock`.
+    """
 
     def __init__(
         self,
@@ -137,223 +120,126 @@ class FlowTracker:
         # DNS answers are wanted as they arrive (the resolver cache must know a name was resolved
         # before the connection to its address is analysed); they come from the one parse here.
         self._on_dns_response = on_dns_response
-        self._ended: list[FlowRecord] = []
         self.timeouts = timeouts or FlowTimeouts()
         self.limits = limits or FlowLimits()
-        self._idle_ns = self.timeouts.idle_ns()
-        self._active_ns = int(self.timeouts.active * _NS)
-        self._dns_active_ns = int(self.timeouts.dns_active * _NS)
-        self._agents: dict[str, _AgentFlows] = {}
-        self._count = 0
+        idle = self.timeouts.idle_ns()
+        self._table = FlowTable(
+            tuple(idle[c] for c in CLASSES), int(self.timeouts.active * _NS), int(self.timeouts.dns_active * _NS),
+            self.limits.max_flows, self.limits.samples_per_flow, _new_record, self._keep,
+        )
+        self._sample_bytes = self.limits.sample_bytes
+        self._dns_cap = self.limits.dns_per_flow
         self.lock = threading.Lock()
-        self.flows_created = 0
-        self.flows_expired = 0
-        self.flows_evicted = 0
+
+    def _keep(self, flow: FlowRecord, raw: RawPacket, sample: bool, is_dns: bool) -> bool:
+        """Store a packet the flow keeps (a payload sample, a DNS message); True when a DNS flow is full.
+
+        Called from C for the few packets that are kept; all others only touch counters there.
+        """
+        pkt = expand(raw)
+        message = pkt.dns
+        if message is not None:
+            if message.is_response and self._on_dns_response is not None:
+                self._on_dns_response(flow.agent_id, message)
+            if len(flow.dns) < self._dns_cap:
+                flow.dns.append(message)
+        if sample:
+            if len(pkt.payload) > self._sample_bytes:
+                pkt.payload = pkt.payload[: self._sample_bytes]
+            flow.samples.append(pkt)
+        # Full: analyse what it holds now and let the socket's next queries start a new record,
+        # rather than drop them.
+        return is_dns and len(flow.dns) >= self._dns_cap
+
+    def _hand_off(self) -> None:
+        ended = self._table.take_ended()
+        if ended:
+            self._on_expire(ended)
 
     # -- ingestion (hot path) -------------------------------------------------------------
     def add_packets(self, agent_id: str, packets: Iterable[RawPacket]) -> None:
-        """Account a batch of one agent's raw packets, then expire what their event time ended.
-
-        The hot path: a full `Packet` is built only for packets the flow keeps (the first
-        payload-bearing ones as samples, and DNS messages); all others only touch counters.
-        """
+        """Account a batch of one agent's raw packets, then expire what their event time ended."""
         with self.lock:
-            agent = self._agents.get(agent_id)
-            if agent is None:
-                agent = self._agents[agent_id] = _AgentFlows(agent_id)
-            tables = agent.tables
-            clock = agent.clock_ns
-            limits = self.limits
-            samples_cap = limits.samples_per_flow
-            sample_bytes = limits.sample_bytes
-            dns_cap = limits.dns_per_flow
-            active_ns = self._active_ns
-            class_of = _CLASS_BY_PROTOCOL.get
-            for raw in packets:
-                ts, direction, protocol, local_ip, remote_ip, local_port, remote_port, size, payload, flags, pid, _ = raw
-                key = (protocol, local_ip, local_port, remote_ip, remote_port)
-                is_dns = remote_port == 53 or local_port == 53
-                cls = class_of(protocol, CLASS_OTHER)
-                if cls is CLASS_UDP and is_dns:
-                    cls = CLASS_DNS
-                table = tables[cls]
-                flow = table.get(key)
-                if flow is None:
-                    if self._count >= limits.max_flows:
-                        self._evict_oldest()
-                    flow = FlowRecord(
-                        flow_id(*key), agent_id, protocol, _TRANSPORTS.get(protocol, Transport.OTHER),
-                        local_ip, local_port, remote_ip, remote_port, ts, ts,
-                    )
-                    table[key] = flow
-                    self._count += 1
-                    self.flows_created += 1
-                else:
-                    table.move_to_end(key)
-                    if ts > flow.last_ns:
-                        flow.last_ns = ts
-                    elif ts < flow.first_ns:
-                        flow.first_ns = ts
-                if ts > clock:
-                    clock = ts
-                if direction == _OUTBOUND:
-                    flow.packets_out += 1
-                    flow.bytes_out += size
-                    flow.payload_bytes_out += len(payload)
-                else:
-                    flow.packets_in += 1
-                    flow.bytes_in += size
-                    flow.payload_bytes_in += len(payload)
-                if payload:
-                    sample = len(flow.samples) < samples_cap
-                    if sample or is_dns:
-                        pkt = expand(raw)
-                        message = pkt.dns
-                        if message is not None:
-                            if message.is_response and self._on_dns_response is not None:
-                                self._on_dns_response(agent_id, message)
-                            if len(flow.dns) < dns_cap:
-                                flow.dns.append(message)
-                        if sample:
-                            if len(payload) > sample_bytes:
-                                pkt.payload = payload[:sample_bytes]
-                            flow.samples.append(pkt)
-                        if is_dns and len(flow.dns) >= dns_cap:
-                            # Full: analyse what it holds now and let the socket's next queries
-                            # start a new record, rather than drop them.
-                            self._end(table, key, END_FULL)
-                            continue
-                if pid and not flow.pid:
-                    flow.pid = pid
-                    flow.process_name = raw[11]
-                if flags:
-                    flow.tcp_flags |= flags
-                    if flags & (TCP_RST | TCP_FIN) and self._tcp_closed(agent, key, flags, direction):
-                        self._end(table, key, END_TCP_CLOSE)
-                        continue
-                if flow.last_ns - flow.first_ns >= (self._dns_active_ns if is_dns else active_ns):
-                    self._end(table, key, END_ACTIVE)
-            agent.clock_ns = clock
-            agent.wall = time.monotonic()
-            self._expire_idle(agent, clock)
-            self._hand_off()
+            try:
+                self._table.add_packets(agent_id, packets)
+            finally:
+                self._hand_off()
 
-    def _tcp_closed(self, agent: _AgentFlows, key: tuple, flags: int, direction: int) -> bool:
-        if flags & TCP_RST:
-            agent.fins.pop(key, None)
-            return True
-        seen = agent.fins.get(key, 0) | (_FIN_OUT if direction == _OUTBOUND else _FIN_IN)
-        if seen == _FIN_OUT | _FIN_IN:
-            del agent.fins[key]
-            return True
-        agent.fins[key] = seen
-        return False
+    def add_wire(self, agent_id: str, converter: PacketConverter, data: bytes, batched: bool,
+                 now_ns: int | None = None) -> tuple[int, int]:
+        """Parse, validate and account one serialized PacketBatch (or NetworkPacket) in one pass.
+
+        The same as `add_packets(agent_id, converter.read_wire(data, batched))` without building
+        a Python object per packet. Returns (accepted, rejected).
+        """
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        with self.lock:
+            try:
+                return self._table.add_wire(agent_id, converter.wire, data, batched, now_ns)
+            finally:
+                self._hand_off()
 
     # -- expiry -------------------------------------------------------------------------------
-    def _end(self, table: OrderedDict[tuple, FlowRecord], key: tuple, reason: str) -> None:
-        flow = table.pop(key)
-        self._count -= 1
-        flow.end_reason = reason
-        if reason == END_EVICTED:
-            self.flows_evicted += 1
-        else:
-            self.flows_expired += 1
-        agent = self._agents.get(flow.agent_id)
-        if agent is not None and agent.fins:
-            agent.fins.pop(key, None)
-        self._ended.append(flow)
-
-    def _hand_off(self) -> None:
-        if self._ended:
-            ended, self._ended = self._ended, []
-            self._on_expire(ended)
-
-    def _expire_idle(self, agent: _AgentFlows, clock_ns: int) -> None:
-        for cls, table in agent.tables.items():
-            if not table:
-                continue
-            horizon = clock_ns - self._idle_ns[cls]
-            while table:
-                key, flow = next(iter(table.items()))
-                if flow.last_ns > horizon:
-                    break
-                self._end(table, key, END_IDLE)
-
-    def _evict_oldest(self) -> None:
-        """Evict the flow idle longest (in its agent's event time) to make room under the cap."""
-        best: tuple[int, OrderedDict[tuple, FlowRecord], tuple] | None = None
-        for agent in self._agents.values():
-            for table in agent.tables.values():
-                if table:
-                    key, flow = next(iter(table.items()))
-                    idle = agent.clock_ns - flow.last_ns
-                    if best is None or idle > best[0]:
-                        best = (idle, table, key)
-        if best is not None:
-            self._end(best[1], best[2], END_EVICTED)
-
     def sweep(self, now_wall: float | None = None) -> None:
         """Advance the event clock of quiet agents by the wall time they were quiet, and expire."""
         now_wall = time.monotonic() if now_wall is None else now_wall
         with self.lock:
-            for agent in list(self._agents.values()):
-                quiet = now_wall - agent.wall
-                if quiet >= 1.0:
-                    agent.clock_ns += int(quiet * _NS)
-                    agent.wall = now_wall
-                    self._expire_idle(agent, agent.clock_ns)
-                if not agent.streams and not agent.count():
-                    del self._agents[agent.agent_id]
-            self._hand_off()
+            try:
+                self._table.sweep(now_wall)
+            finally:
+                self._hand_off()
 
     # -- streams ------------------------------------------------------------------------------
     def stream_opened(self, agent_id: str) -> None:
         with self.lock:
-            agent = self._agents.get(agent_id)
-            if agent is None:
-                agent = self._agents[agent_id] = _AgentFlows(agent_id)
-            agent.streams += 1
+            self._table.stream_opened(agent_id)
 
     def stream_closed(self, agent_id: str) -> None:
         """A stream ended or broke: when it was the agent's last one, flush all its flows."""
         with self.lock:
-            agent = self._agents.get(agent_id)
-            if agent is None:
-                return
-            agent.streams = max(0, agent.streams - 1)
-            if agent.streams == 0:
-                self._flush_agent(agent, END_STREAM)
-                del self._agents[agent_id]
-            self._hand_off()
+            try:
+                self._table.stream_closed(agent_id)
+            finally:
+                self._hand_off()
 
     def flush_all(self, reason: str = END_SHUTDOWN) -> None:
         with self.lock:
-            for agent in list(self._agents.values()):
-                self._flush_agent(agent, reason)
-            self._hand_off()
-
-    def _flush_agent(self, agent: _AgentFlows, reason: str) -> None:
-        for table in agent.tables.values():
-            while table:
-                self._end(table, next(iter(table)), reason)
+            try:
+                self._table.flush_all(reason)
+            finally:
+                self._hand_off()
 
     # -- queries (REST) -------------------------------------------------------------------
     @property
     def active_flows(self) -> int:
-        return self._count
+        return self._table.count
+
+    @property
+    def flows_created(self) -> int:
+        return self._table.created
+
+    @property
+    def flows_expired(self) -> int:
+        return self._table.expired
+
+    @property
+    def flows_evicted(self) -> int:
+        return self._table.evicted
 
     def snapshot(self, agent_id: str | None = None, limit: int = 100) -> list[FlowRecord]:
         """The newest `limit` live flows (by last packet time), optionally of one agent."""
         with self.lock:
-            agents = [self._agents[agent_id]] if agent_id in self._agents else ([] if agent_id else list(self._agents.values()))
-            candidates = (f for a in agents for t in a.tables.values() for f in t.values())
-            return heapq.nlargest(limit, candidates, key=lambda f: f.last_ns)
+            return self._table.snapshot(agent_id or None, limit)
 
     def find(self, wanted_id: str) -> FlowRecord | None:
         with self.lock:
-            for agent in self._agents.values():
-                for table in agent.tables.values():
-                    for flow in table.values():
-                        if flow.flow_id == wanted_id:
-                            return flow
-        return None
+            return self._table.find(wanted_id)
+
+
+def _new_record(agent_id: str, protocol: int, local_ip: int, local_port: int, remote_ip: int,
+                remote_port: int, ts: int) -> FlowRecord:
+    """The record of a new flow (called from C on a flow's first packet)."""
+    return FlowRecord(
+        flow_id(protocol, local_ip, local_port, remote_ip, remote_port), agent_id, protocol,
+        _TRANSPORTS.get(protocol, Transport.OTHER), local_ip, local_port, remote_ip, remote_port, ts, ts,
+    )

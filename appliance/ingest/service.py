@@ -67,18 +67,25 @@ class IngestService:
             session.identity.agent_id, session.accepted, session.rejected,
         )
 
+    def packet_bytes(self, session: StreamSession, data: bytes, batched: bool) -> None:
+        """Convert and track one serialized PacketBatch (or NetworkPacket) of one stream."""
+        accepted, rejected = self.tracker.add_wire(session.identity.agent_id, self.converter, data, batched)
+        self._count_packets(session, accepted, rejected)
+
     def packets(self, session: StreamSession, messages: Sequence[object]) -> None:
-        """Convert and track a batch of NetworkPacket messages from one stream."""
-        with self._lock:
-            converted = self.converter.read(messages)
-            rejected = len(messages) - len(converted)
-            self.packets_received += len(converted)
-            self.packets_rejected += rejected
-        session.accepted += len(converted)
-        session.rejected += rejected
+        """Convert and track generated NetworkPacket objects (tools and tests; streams send bytes)."""
+        converted = self.converter.read(messages)
         if converted:
             self.tracker.add_packets(session.identity.agent_id, converted)
-        self.agents.record(session.agent, len(converted), rejected)
+        self._count_packets(session, len(converted), len(messages) - len(converted))
+
+    def _count_packets(self, session: StreamSession, accepted: int, rejected: int) -> None:
+        with self._lock:
+            self.packets_received += accepted
+            self.packets_rejected += rejected
+        session.accepted += accepted
+        session.rejected += rejected
+        self.agents.record(session.agent, accepted, rejected)
 
     def dns_event(self, session: StreamSession, message: object) -> None:
         converted = dns_event_to_message(message)

@@ -70,11 +70,13 @@ class SensorServicer(sensor_pb2_grpc.SensorServiceServicer):
             self._ingest.close(session)
         return self._reply(session)
 
+    # The two packet streams receive their messages as serialized bytes (see `_handlers`): the
+    # fast path parses them itself, so no protobuf object is ever built per packet.
     def StreamPackets(self, request_iterator, context):  # noqa: N802 (generated name)
-        return self._consume(request_iterator, context, lambda s, m: self._ingest.packets(s, (m,)))
+        return self._consume(request_iterator, context, lambda s, data: self._ingest.packet_bytes(s, data, batched=False))
 
     def StreamPacketBatches(self, request_iterator, context):  # noqa: N802
-        return self._consume(request_iterator, context, lambda s, m: self._ingest.packets(s, m.packets))
+        return self._consume(request_iterator, context, lambda s, data: self._ingest.packet_bytes(s, data, batched=True))
 
     def StreamDnsEvents(self, request_iterator, context):  # noqa: N802
         return self._consume(request_iterator, context, self._ingest.dns_event)
@@ -96,6 +98,23 @@ class SensorServicer(sensor_pb2_grpc.SensorServiceServicer):
                 "bytes": m.bytes,
             })
         return self._consume(request_iterator, context, handle)
+
+
+_SERVICE = "sensor.SensorService"
+_RAW_REQUESTS = frozenset({"StreamPackets", "StreamPacketBatches"})
+
+
+def _handlers(servicer: SensorServicer) -> dict[str, grpc.RpcMethodHandler]:
+    """The generated method table, except that packet streams get their requests undeserialized."""
+    service = sensor_pb2.DESCRIPTOR.services_by_name["SensorService"]
+    return {
+        method.name: grpc.stream_unary_rpc_method_handler(
+            getattr(servicer, method.name),
+            request_deserializer=None if method.name in _RAW_REQUESTS else getattr(sensor_pb2, method.input_type.name).FromString,
+            response_serializer=sensor_pb2.StreamResponse.SerializeToString,
+        )
+        for method in service.methods
+    }
 
 
 def create_server(
@@ -121,7 +140,7 @@ def create_server(
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ],
     )
-    sensor_pb2_grpc.add_SensorServiceServicer_to_server(servicer, server)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, _handlers(servicer)),))
     port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot listen for gRPC on {address}")

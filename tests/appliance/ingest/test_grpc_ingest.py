@@ -160,15 +160,24 @@ def test_an_oversized_message_is_refused_and_the_server_keeps_serving(tmp_path, 
         running.app.stop()
 
 
-def test_bytes_that_are_not_protobuf_fail_the_call_not_the_server(appliance):
+def test_bytes_that_are_not_protobuf_are_counted_and_the_stream_goes_on(appliance):
     channel = appliance.channel()
-    raw = channel.stream_unary("/sensor.SensorService/StreamPacketBatches",
-                               request_serializer=lambda b: b, response_deserializer=lambda b: b)
-    with pytest.raises(grpc.RpcError) as err:
-        raw(iter([b"\xff\xff\xff\xff\x0f" * 20]), metadata=meta(), timeout=10)
-    assert err.value.code() in (grpc.StatusCode.INTERNAL, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNKNOWN)
+    raw_batches = channel.stream_unary("/sensor.SensorService/StreamPacketBatches",
+                                       request_serializer=lambda b: b, response_deserializer=sensor_pb2.StreamResponse.FromString)
+    raw_packets = channel.stream_unary("/sensor.SensorService/StreamPackets",
+                                       request_serializer=lambda b: b, response_deserializer=sensor_pb2.StreamResponse.FromString)
+    good = sensor_pb2.PacketBatch(packets=[wire.packet(), wire.packet(remote="1.1.1.1")]).SerializeToString()
+    garbage = b"\xff\xff\xff\xff\x0f" * 20  # a varint longer than ten bytes
+    # A batch whose framing breaks after one good packet keeps that packet, drops the rest.
+    truncated = good[: len(good) - 3]
+    reply = raw_batches(iter([garbage, good, truncated, good]), metadata=meta(), timeout=10)
+    assert (reply.packets_received, reply.packets_rejected) == (5, 2)
+    reply = raw_packets(iter([garbage, wire.packet().SerializeToString()]), metadata=meta(), timeout=10)
+    assert (reply.packets_received, reply.packets_rejected) == (1, 1)
+    status, metrics = appliance.rest.get("/api/v1/metrics")
+    assert metrics["rejected_by_reason"]["malformed_message"] == 3
     assert appliance.stub().StreamPackets(iter([wire.packet()]), metadata=meta()).packets_received == 1
-    assert wait_for(lambda: appliance.app.agents.online == 0)  # the broken stream was closed, not leaked
+    assert wait_for(lambda: appliance.app.agents.online == 0)  # every stream was closed, none leaked
 
 
 def test_drops_reported_by_a_reconnecting_agent_are_shown(appliance):

@@ -1,0 +1,1 @@
+"""Native (C) parts of the appliance: the per-packet hot path (fastpath.c)."""
