@@ -10,7 +10,7 @@ import sys
 import time
 
 from appliance import __version__
-from appliance.app import ADMIN_TOKEN_FILE, build
+from appliance.app import ADMIN_TOKEN_FILE, build, tune_garbage_collector
 from appliance.config import load_settings
 from appliance.errors import ApplianceError
 
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(args.config)
         appliance = build(settings)
         appliance.start()
+        tune_garbage_collector()
     except ApplianceError as err:
         print(f"appliance: cannot start:\n{err}", file=sys.stderr)
         return 2

@@ -1,9 +1,10 @@
-"""`make bench`: runs every `bench/*_bench.py` module's `main()` in turn, in one process run."""
+"""`make bench`: runs every `bench/*_bench.py` module's `main()` in turn, each in its own process
+(a bench may tune process-wide state, such as the garbage collector, as the appliance does)."""
 
 from __future__ import annotations
 
-import importlib
 import pkgutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,9 +17,11 @@ def main(argv: list[str]) -> int:
             continue
         if wanted and info.name not in wanted:
             continue
-        module = importlib.import_module(f"bench.{info.name}")
         print(f"== {info.name}", flush=True)
-        module.main()
+        code = f"import bench.{info.name} as b; b.main()"
+        if subprocess.run([sys.executable, "-c", code], cwd=here.parent).returncode != 0:
+            print(f"{info.name} failed", flush=True)
+            return 1
     return 0
 
 

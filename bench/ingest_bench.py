@@ -124,7 +124,7 @@ def _our_server():
     import tempfile
     from pathlib import Path
 
-    from appliance.app import build
+    from appliance.app import build, tune_garbage_collector
     from appliance.config import parse_settings
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-"))
@@ -140,6 +140,7 @@ def _our_server():
     app.pipeline.layers = []
     app.pipeline.correlator = None
     app.start()
+    tune_garbage_collector()  # as `python -m appliance` does after start-up (the bare server shares the process)
     return app
 
 

@@ -101,7 +101,7 @@ def pipeline_rounds(flows: list) -> tuple[float, int, int]:
 def e2e_round(streams: list[tuple[str, list]], analysis: bool) -> float:
     import grpc
 
-    from appliance.app import build
+    from appliance.app import build, tune_garbage_collector
     from appliance.generated import sensor_pb2, sensor_pb2_grpc
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,6 +110,7 @@ def e2e_round(streams: list[tuple[str, list]], analysis: bool) -> float:
             app.pipeline.layers = []
             app.pipeline.correlator = None
         app.start()
+        tune_garbage_collector()  # as `python -m appliance` does after start-up
         try:
             stub = sensor_pb2_grpc.SensorServiceStub(grpc.insecure_channel(f"127.0.0.1:{app.grpc_port}"))
             batches = [(agent, [sensor_pb2.PacketBatch(packets=p[i : i + 500]) for i in range(0, len(p), 500)])

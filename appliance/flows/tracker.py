@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from appliance.ingest.convert import PacketConverter, RawPacket, expand
+from appliance.ingest.convert import PacketConverter, RawPacket, dns_message, expand
 from appliance.model import DnsMessage, FlowRecord, Transport
 from appliance.native.fastpath import FlowTable
 
@@ -136,8 +136,11 @@ class FlowTracker:
 
         Called from C for the few packets that are kept; all others only touch counters there.
         """
-        pkt = expand(raw)
-        message = pkt.dns
+        if sample:
+            pkt = expand(raw)
+            message = pkt.dns
+        else:  # a DNS packet past the sample budget: only its message is kept
+            message = dns_message(raw)
         if message is not None:
             if message.is_response and self._on_dns_response is not None:
                 self._on_dns_response(flow.agent_id, message)

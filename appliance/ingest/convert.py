@@ -95,18 +95,22 @@ def expand(raw: RawPacket) -> Packet:
     dns = None
     icmp = None
     if payload:
-        if protocol == 17:
+        if protocol == 17 or protocol == 6:
             if remote_port == _DNS_PORT or local_port == _DNS_PORT:
-                dns = parse_dns(payload, ts)
-        elif protocol == 6:
-            if remote_port == _DNS_PORT or local_port == _DNS_PORT:
-                dns = parse_dns_tcp(payload, ts)
+                dns = dns_message(raw)
         elif protocol == 1 and len(payload) >= 4:
             icmp = IcmpInfo(payload[0], payload[1], payload[4:])
     return Packet(
         ts, direction, protocol, _TRANSPORTS.get(protocol, Transport.OTHER), local_ip, remote_ip,
         local_port, remote_port, size, payload, flags, pid, name, dns, icmp,
     )
+
+
+def dns_message(raw: RawPacket) -> DnsMessage | None:
+    """The DNS message of a raw port-53 packet: UDP, or TCP with its length prefix."""
+    if raw[2] == 6:
+        return parse_dns_tcp(raw[8], raw[0])
+    return parse_dns(raw[8], raw[0])
 
 
 def dns_event_to_message(pb: object, now_ns: int | None = None) -> DnsMessage | None:

@@ -107,14 +107,34 @@ static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *o
     return -1; /* truncated, or longer than ten bytes */
 }
 
-static inline int read_tag(const uint8_t **p, const uint8_t *end, uint32_t *field, uint32_t *wt)
+/* Tags and lengths are 32-bit varints: upb refuses them beyond five bytes, even when padded. */
+static inline int read_varint32(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+    const uint8_t *start = *p;
+    if (read_varint(p, end, out) || *p - start > 5 || *out > UINT32_MAX)
+        return -1;
+    return 0;
+}
+
+static inline int read_length(const uint8_t **p, const uint8_t *end, uint64_t *n)
+{
+    return read_varint32(p, end, n) || *n > (uint64_t)(end - *p) ? -1 : 0;
+}
+
+/* Field number 0 is invalid in a message, but upb skips it inside an unknown group: so do we. */
+static inline int read_tag_in(const uint8_t **p, const uint8_t *end, uint32_t *field, uint32_t *wt, int in_group)
 {
     uint64_t tag;
-    if (read_varint(p, end, &tag) || tag > UINT32_MAX || (tag >> 3) == 0)
+    if (read_varint32(p, end, &tag) || ((tag >> 3) == 0 && !in_group))
         return -1;
     *field = (uint32_t)(tag >> 3);
     *wt = (uint32_t)(tag & 7);
     return 0;
+}
+
+static inline int read_tag(const uint8_t **p, const uint8_t *end, uint32_t *field, uint32_t *wt)
+{
+    return read_tag_in(p, end, field, wt, 0);
 }
 
 /* Skip one field of wire type `wt` whose tag was just read (unknown fields, as protobuf does). */
@@ -130,7 +150,7 @@ static int skip_field(const uint8_t **p, const uint8_t *end, uint32_t field, uin
         *p += 8;
         return 0;
     case 2:
-        if (read_varint(p, end, &n) || n > (uint64_t)(end - *p))
+        if (read_length(p, end, &n))
             return -1;
         *p += n;
         return 0;
@@ -144,7 +164,7 @@ static int skip_field(const uint8_t **p, const uint8_t *end, uint32_t field, uin
             return -1;
         for (;;) {
             uint32_t f, w;
-            if (read_tag(p, end, &f, &w))
+            if (read_tag_in(p, end, &f, &w, 1))
                 return -1;
             if (w == 4)
                 return f == field ? 0 : -1;
@@ -170,7 +190,7 @@ static int decode_packet(const uint8_t *p, const uint8_t *end, WirePkt *w)
                 return -1;
         } else if (wt == 2 && (field == 9 || field == 12)) {
             uint64_t n;
-            if (read_varint(&p, end, &n) || n > (uint64_t)(end - p))
+            if (read_length(&p, end, &n))
                 return -1;
             if (field == 9) {
                 w->payload = (const char *)p;
@@ -197,7 +217,7 @@ static int next_in_batch(const uint8_t **p, const uint8_t *end, const uint8_t **
             return -1;
         if (field == 1 && wt == 2) {
             uint64_t n;
-            if (read_varint(p, end, &n) || n > (uint64_t)(end - *p))
+            if (read_length(p, end, &n))
                 return -1;
             *sub = *p;
             *sub_end = *p + n;
@@ -680,20 +700,20 @@ static int sync_record(Flow *f)
 }
 
 /* End a flow: out of the tables, counters into its record, the record onto the ended list. */
-static int end_flow(FlowTable *t, Flow *f, int reason)
+static int end_flow(FlowTable *t, Flow *f, PyObject *reason)
 {
     Agent *a = f->agent;
     lru_unlink(a, f);
     hash_remove(t, f);
     t->count--;
     a->count--;
-    if (reason == E_EVICTED)
+    if (reason == end_strings[E_EVICTED])
         t->evicted++;
     else
         t->expired++;
     int rc = sync_record(f);
     if (rc == 0)
-        rc = PyObject_SetAttr(f->record, attr_strings[A_END], end_strings[reason]);
+        rc = PyObject_SetAttr(f->record, attr_strings[A_END], reason);
     if (rc == 0)
         rc = PyList_Append(t->ended, f->record);
     Py_XDECREF(f->name);
@@ -707,7 +727,7 @@ static int expire_idle(FlowTable *t, Agent *a, int64_t clock)
     for (int c = 0; c < NCLS; c++) {
         int64_t horizon = clock - t->idle_ns[c];
         while (a->head[c] && a->head[c]->last <= horizon) {
-            if (end_flow(t, a->head[c], E_IDLE) < 0)
+            if (end_flow(t, a->head[c], end_strings[E_IDLE]) < 0)
                 return -1;
         }
     }
@@ -728,7 +748,7 @@ static int evict_oldest(FlowTable *t)
             }
         }
     }
-    return best ? end_flow(t, best, E_EVICTED) : 0;
+    return best ? end_flow(t, best, end_strings[E_EVICTED]) : 0;
 }
 
 static Agent *agent_lookup(FlowTable *t, PyObject *id)
@@ -788,7 +808,7 @@ static int agent_delete(FlowTable *t, Agent *a)
     return 0;
 }
 
-static int flush_agent(FlowTable *t, Agent *a, int reason)
+static int flush_agent(FlowTable *t, Agent *a, PyObject *reason)
 {
     for (int c = 0; c < NCLS; c++) {
         while (a->head[c]) {
@@ -908,7 +928,7 @@ static int track(void *ctx, Pkt *p)
             if (sample)
                 f->samples++;
             if (is_full)
-                return end_flow(t, f, E_FULL);
+                return end_flow(t, f, end_strings[E_FULL]);
         }
     }
     if (p->pid && !f->pid) {
@@ -927,11 +947,11 @@ static int track(void *ctx, Pkt *p)
                 closed = f->fins == (FIN_OUT | FIN_IN);
             }
             if (closed)
-                return end_flow(t, f, E_TCP_CLOSE);
+                return end_flow(t, f, end_strings[E_TCP_CLOSE]);
         }
     }
     if (f->last - f->first >= (is_dns ? t->dns_active_ns : t->active_ns))
-        return end_flow(t, f, E_ACTIVE);
+        return end_flow(t, f, end_strings[E_ACTIVE]);
     return 0;
 }
 
@@ -1070,24 +1090,26 @@ static PyObject *table_stream_closed(FlowTable *self, PyObject *agent_id)
     }
     if (a->streams > 0)
         a->streams--;
-    if (a->streams == 0 && (flush_agent(self, a, E_STREAM) < 0 || agent_delete(self, a) < 0))
+    if (a->streams == 0 && (flush_agent(self, a, end_strings[E_STREAM]) < 0 || agent_delete(self, a) < 0))
         return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *table_flush_all(FlowTable *self, PyObject *reason)
 {
-    int r = -1;
-    for (int i = 0; i < E_COUNT; i++)
-        if (PyUnicode_Check(reason) && PyUnicode_Compare(reason, end_strings[i]) == 0)
-            r = i;
-    if (r < 0) {
-        PyErr_SetString(PyExc_ValueError, "unknown end reason");
+    if (!PyUnicode_Check(reason)) {
+        PyErr_SetString(PyExc_TypeError, "the end reason must be a str");
         return NULL;
     }
-    for (Agent *a = self->first_agent; a; a = a->next)
-        if (flush_agent(self, a, r) < 0)
-            return NULL;
+    /* Interned, so that an "evicted" from Python is counted as an eviction too. */
+    Py_INCREF(reason);
+    PyUnicode_InternInPlace(&reason);
+    int rc = 0;
+    for (Agent *a = self->first_agent; a && rc == 0; a = a->next)
+        rc = flush_agent(self, a, reason);
+    Py_DECREF(reason);
+    if (rc < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
