@@ -1,0 +1,61 @@
+"""The C fast path under AddressSanitizer and UndefinedBehaviorSanitizer.
+
+It parses bytes that anyone holding an agent certificate can send, so its memory safety is tested,
+not assumed: the extension is rebuilt with both sanitizers and the other tests of this folder
+(differential, hostile bytes, threads, leaks) run against that build in a child interpreter. Any
+out-of-bounds access, use after free or undefined behaviour aborts the child and fails this test.
+"""
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SOURCE = ROOT / "appliance" / "native" / "fastpath.c"
+HERE = Path(__file__).resolve().parent
+
+# The child loads the sanitized build under the module's real name before anything imports it.
+CHILD = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("appliance.native.fastpath", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+sys.modules["appliance.native.fastpath"] = module
+import pytest
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *sys.argv[2:]]))
+"""
+
+
+def _libasan() -> str:
+    out = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True).stdout.strip()
+    return os.path.realpath(out)
+
+
+@pytest.mark.slow
+def test_the_fast_path_is_memory_safe_under_the_other_tests(tmp_path):
+    built = tmp_path / ("fastpath" + sysconfig.get_config_var("EXT_SUFFIX"))
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer",
+         "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+         f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", str(built)],
+        check=True,
+    )
+    tests = sorted(str(p) for p in HERE.glob("test_*.py") if p.name != Path(__file__).name)
+    env = dict(os.environ, LD_PRELOAD=_libasan(),
+               # Every Python object from malloc, so that reading past a small bytes object is caught too.
+               PYTHONMALLOC="malloc",
+               # CPython itself is not built for the sanitizer: its allocations at exit are not leaks of ours
+               # (test_fastpath.py checks leaks per packet with tracemalloc instead).
+               # Reports go to files: pytest in the child captures file descriptor 2.
+               ASAN_OPTIONS=f"detect_leaks=0:abort_on_error=1:verify_asan_link_order=0:log_path={tmp_path}/asan",
+               UBSAN_OPTIONS=f"print_stacktrace=1:halt_on_error=1:log_path={tmp_path}/ubsan")
+    child = subprocess.run([sys.executable, "-c", CHILD, str(built), *tests], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=900)
+    reports = "".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("*san.*")))
+    assert not reports, reports[:8000]
+    assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
+    assert " passed" in child.stdout, child.stdout[-3000:]
