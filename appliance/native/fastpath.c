@@ -345,7 +345,7 @@ static int reader_validate(WireReader *self, const WirePkt *w, int64_t now_ns, P
         }
     }
     uint64_t ms = w->v[6];
-    int64_t horizon = now_ns + self->future_ns;
+    int64_t horizon = now_ns > INT64_MAX - self->future_ns ? INT64_MAX : now_ns + self->future_ns;
     if (ms == 0 || horizon < 0 || ms > (uint64_t)horizon / NS_PER_MS) {
         out->ts = now_ns;
         self->repaired[F_TIMESTAMP]++;
@@ -1124,7 +1124,8 @@ static PyObject *table_sweep(FlowTable *self, PyObject *arg)
         Agent *next = a->next;
         double quiet = now - a->wall;
         if (quiet >= 1.0) {
-            a->clock += (int64_t)(quiet * 1e9);
+            double advanced = (double)a->clock + quiet * 1e9; /* saturates instead of overflowing */
+            a->clock = advanced >= 9.2e18 ? (int64_t)9.2e18 : a->clock + (int64_t)(quiet * 1e9);
             a->wall = now;
             if (expire_idle(self, a, a->clock) < 0)
                 return NULL;

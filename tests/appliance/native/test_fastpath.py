@@ -158,3 +158,15 @@ def test_hostile_wire_bytes_never_raise():
             tracker.add_wire("a", converter, data, batched, NOW_NS)
     assert converter.rejected.get("malformed_message", 0) > 0
     assert len(converter.read_wire(good, True, NOW_NS)) == 3
+
+
+def test_clocks_at_the_edge_of_64_bits_saturate_instead_of_overflowing():
+    converter = PacketConverter()
+    # A server clock in the year 2262: the future horizon saturates, the agent's timestamp is kept.
+    [raw] = converter.read([wire.packet(ts_ms=BASE_MS)], 2**63 - 1)
+    assert raw[0] == BASE_MS * 1_000_000 and converter.repaired == {}
+    expired: list = []
+    tracker = FlowTracker(expired.extend)
+    tracker.add_packets("a", [raw])
+    tracker.sweep(1e300)  # an absurd wall clock: the event clock saturates and the flow idles out
+    assert [f.end_reason for f in expired] == ["idle"]
