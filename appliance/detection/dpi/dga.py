@@ -23,16 +23,24 @@ from pathlib import Path
 MODEL_PATH = Path(__file__).resolve().parent.parent / "data" / "ngram_model.json"
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789-"
 _VOWELS = frozenset("aeiouy")
+_log2 = math.log2
 _BEGIN = "^"
 _END = "$"
 
 
 def shannon_entropy(text: str) -> float:
-    """Bits per character of `text` (0.0 for empty)."""
-    if not text:
-        return 0.0
+    """Bits per character of `text` (0.0 for empty).
+
+    H = log2(n) - sum(c * log2(c)) / n over the character counts c: the same value as
+    -sum(p * log2(p)), with one logarithm per distinct character and counting left to str.count.
+    """
     n = len(text)
-    return -sum((c / n) * math.log2(c / n) for c in Counter(text).values())
+    if not n:
+        return 0.0
+    weighted = 0.0
+    for count in map(text.count, set(text)):
+        weighted += count * _log2(count)
+    return _log2(n) - weighted / n
 
 
 @dataclass(frozen=True, slots=True)

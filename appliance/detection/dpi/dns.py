@@ -45,6 +45,8 @@ class _AgentDns:
     """Per-agent DNS state: registered domains seen (DGA), answers (NXDOMAIN ratio), query-rate buckets."""
 
     domains: dict[str, tuple[int, float]] = field(default_factory=dict)  # registered -> (last seen ns, score)
+    suspicious: int = 0  # domains whose score is at or above `threshold`, kept as they come and go
+    threshold: float = -1.0
     responses: deque[tuple[int, bool]] = field(default_factory=deque)  # (ts, is NXDOMAIN)
     nx_count: int = 0
     buckets: dict[int, int] = field(default_factory=dict)
@@ -102,8 +104,7 @@ class DnsAnalyzer:
                 window.flow_ids.append(flow.flow_id)
             touched[registered] = window
             if not label.startswith("xn--"):
-                agent.domains.pop(registered, None)
-                agent.domains[registered] = (ts, self._scorer.score(label))
+                self._remember_domain(agent, registered, ts, self._scorer.score(label), config.dga.name_threshold)
         # The flood counter uses the flow's packet count: a flow keeps only its first DNS messages.
         if flow.packets_out:
             self._count_queries(agent, flow, config)
@@ -146,6 +147,18 @@ class DnsAnalyzer:
                 else:
                     del window.subdomains[old_sub]
                     window.unique_bytes -= len(old_sub) + len(registered) + 1
+
+    @staticmethod
+    def _remember_domain(agent: _AgentDns, registered: str, ts: int, score: float, threshold: float) -> None:
+        if threshold != agent.threshold:  # first use, or the threshold was reconfigured: recount
+            agent.threshold = threshold
+            agent.suspicious = sum(1 for _, old in agent.domains.values() if old >= threshold)
+        previous = agent.domains.pop(registered, None)
+        if previous is not None and previous[1] >= threshold:
+            agent.suspicious -= 1
+        agent.domains[registered] = (ts, score)
+        if score >= threshold:
+            agent.suspicious += 1
 
     def _count_response(self, agent: _AgentDns, message: DnsMessage, ts: int, config: AnalysisConfig) -> None:
         is_nx = message.rcode == _NXDOMAIN
@@ -198,6 +211,11 @@ class DnsAnalyzer:
         mean_len = w.length_sum / n
         mean_entropy = w.entropy_sum / n
         qtype_share = w.suspicious_qtypes / n
+        # Decide first: most flows raise nothing, and the evidence below costs more than the test.
+        by_names = mean_len >= c.min_mean_subdomain_length and mean_entropy >= c.min_label_entropy and unique >= c.min_unique_subdomains
+        by_volume = unique >= c.min_unique_subdomains and w.unique_bytes >= c.min_name_bytes and mean_len >= c.min_mean_subdomain_length / 2
+        if not (by_names or by_volume):
+            return []
         evidence = {
             "registered_domain": registered, "queries": n, "unique_subdomains": unique,
             "mean_subdomain_length": round(mean_len, 1), "mean_label_entropy": round(mean_entropy, 2),
@@ -209,7 +227,7 @@ class DnsAnalyzer:
         common = dict(agent_id=flow.agent_id, indicator=registered, protocol="dns", transport="udp",
                       flow_ids=list(w.flow_ids), first_ns=w.events[0][0], last_ns=now_ns,
                       remote_ip=ip_str(flow.remote_ip), domain=registered)
-        if mean_len >= c.min_mean_subdomain_length and mean_entropy >= c.min_label_entropy and unique >= c.min_unique_subdomains:
+        if by_names:
             if self._throttle.allow(("tun_names", flow.agent_id, registered), now_ns, interval):
                 confidence = (0.45 + 0.25 * ramp(mean_len, c.min_mean_subdomain_length, 3 * c.min_mean_subdomain_length)
                               + 0.2 * ramp(mean_entropy, c.min_label_entropy, 4.5)
@@ -218,7 +236,7 @@ class DnsAnalyzer:
                           f"at {mean_entropy:.1f} bits/char")
                 out.append(make_detection("dpi.dns.tunnel_names", Category.DNS_TUNNELING, confidence, Severity.HIGH,
                                           evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
-        if unique >= c.min_unique_subdomains and w.unique_bytes >= c.min_name_bytes and mean_len >= c.min_mean_subdomain_length / 2:
+        if by_volume:
             if self._throttle.allow(("tun_volume", flow.agent_id, registered), now_ns, interval):
                 confidence = (0.4 + 0.35 * ramp(w.unique_bytes, c.min_name_bytes, 10 * c.min_name_bytes)
                               + 0.15 * ramp(unique, c.min_unique_subdomains, 10 * c.min_unique_subdomains)
@@ -235,16 +253,23 @@ class DnsAnalyzer:
         domains = agent.domains
         while domains:
             first = next(iter(domains))
-            if domains[first][0] >= horizon:
+            seen, score = domains[first]
+            if seen >= horizon:
                 break
             del domains[first]
-        suspicious = [(d, s) for d, (_, s) in domains.items() if s >= c.name_threshold]
+            if score >= agent.threshold:
+                agent.suspicious -= 1
+        if agent.threshold != c.name_threshold:
+            agent.threshold = c.name_threshold
+            agent.suspicious = sum(1 for _, score in domains.values() if score >= c.name_threshold)
         total = len(domains)
         answered = len(agent.responses)
         nx_ratio = agent.nx_count / answered if answered else 0.0
         out: list[Detection] = []
-        if len(suspicious) < c.min_suspicious_domains / 2:
+        # The running count decides; the list (for evidence) is built only when it may matter.
+        if agent.suspicious < c.min_suspicious_domains / 2:
             return out
+        suspicious = [(d, s) for d, (_, s) in domains.items() if s >= c.name_threshold]
         share = len(suspicious) / total if total else 0.0
         evidence = {
             "suspicious_domains": len(suspicious), "domains_in_window": total, "suspicious_share": round(share, 2),
@@ -283,6 +308,8 @@ class DnsAnalyzer:
         std = math.sqrt(agent.base_m2 / (agent.base_n - 1)) if agent.base_n > 1 else 0.0
         z = (rate - agent.base_mean) / max(std, 1.0)
         warm = agent.base_n >= c.warmup_buckets
+        if rate < c.absolute_qps and not (warm and rate >= c.baseline_min_qps and z >= c.baseline_z):
+            return []
         evidence = {"queries_per_s": round(rate, 1), "bucket_s": c.bucket_s, "baseline_mean_qps": round(agent.base_mean, 2),
                     "baseline_std_qps": round(std, 2), "baseline_buckets": agent.base_n, "z_score": round(z, 1),
                     "absolute_qps": c.absolute_qps, "resolver": resolver}

@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -31,18 +32,40 @@ log = logging.getLogger(__name__)
 _ECHO = (0, 8)
 
 
+Matcher = Callable[[dict[str, Any]], bool]
+
+
+def compile_conditions(rule: Rule) -> Matcher:
+    """One predicate for all of a rule's conditions (AND), built once per load: every flow runs it."""
+    pairs = tuple((c.field, c.test) for c in rule.conditions)
+    if len(pairs) == 1:
+        ((field1, test1),) = pairs
+        return lambda record: test1(record.get(field1, ""))
+    if len(pairs) == 2:
+        (field1, test1), (field2, test2) = pairs
+        return lambda record: test1(record.get(field1, "")) and test2(record.get(field2, ""))
+
+    def matches(record: dict[str, Any]) -> bool:
+        for name, test in pairs:
+            if not test(record.get(name, "")):
+                return False
+        return True
+
+    return matches
+
+
 @dataclass(frozen=True)
 class RuleSet:
     rules: tuple[Rule, ...] = ()
-    by_protocol: dict[str, tuple[Rule, ...]] = field(default_factory=dict)
+    by_protocol: dict[str, tuple[tuple[Rule, Matcher], ...]] = field(default_factory=dict)
     loaded_at: float = 0.0
 
     @classmethod
     def of(cls, rules: list[Rule]) -> RuleSet:
-        grouped: dict[str, list[Rule]] = {}
+        grouped: dict[str, list[tuple[Rule, Matcher]]] = {}
         for rule in rules:
             if rule.enabled:
-                grouped.setdefault(rule.protocol, []).append(rule)
+                grouped.setdefault(rule.protocol, []).append((rule, compile_conditions(rule)))
         return cls(tuple(rules), {p: tuple(r) for p, r in grouped.items()}, time.time())
 
 
@@ -159,9 +182,9 @@ class SignatureEngine:
             records = self._records(flow, protocol, base)
             if not records:
                 continue
-            for rule in rules:
+            for rule, matches in rules:
                 for record in records:
-                    if all(c.test(record.get(c.field, "")) for c in rule.conditions):
+                    if matches(record):
                         detection = self._detection(flow, rule, record)
                         if detection is not None:
                             out.append(detection)
