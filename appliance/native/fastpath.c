@@ -1229,18 +1229,17 @@ static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
     static char *kwlist[] = {"idle_ns", "active_ns", "dns_active_ns", "max_flows", "samples_per_flow",
                              "factory", "keep", NULL};
     long long idle[NCLS], active, dns_active;
-    Py_ssize_t max_flows;
-    unsigned int samples;
+    Py_ssize_t max_flows, samples;
     PyObject *factory, *keep;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnIOO", kwlist, &idle[0], &idle[1], &idle[2], &idle[3],
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO", kwlist, &idle[0], &idle[1], &idle[2], &idle[3],
                                      &idle[4], &active, &dns_active, &max_flows, &samples, &factory, &keep))
         return -1;
     if (!PyCallable_Check(factory) || !PyCallable_Check(keep)) {
         PyErr_SetString(PyExc_TypeError, "factory and keep must be callable");
         return -1;
     }
-    if (max_flows < 1) {
-        PyErr_SetString(PyExc_ValueError, "max_flows must be at least 1");
+    if (max_flows < 1 || samples < 0 || samples > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "max_flows must be at least 1 and samples_per_flow a 32-bit count");
         return -1;
     }
     if (self->buckets != NULL) {
@@ -1252,7 +1251,7 @@ static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
     self->active_ns = active;
     self->dns_active_ns = dns_active;
     self->max_flows = max_flows;
-    self->samples_cap = samples;
+    self->samples_cap = (uint32_t)samples;
     self->buckets = PyMem_Calloc(1024, sizeof(Flow *));
     self->mask = 1023;
     self->agents = PyDict_New();
