@@ -13,6 +13,8 @@ AGENTS_GEN := agents/generated/sensor_pb2.py
 NATIVE := appliance/native/.built
 # Debian packages the build or the tests need (systemd-python builds against libsystemd).
 APT_PACKAGES := pkg-config libsystemd-dev iproute2 curl shellcheck systemd
+# The C fast path of ingestion is compiled at install (the interpreter's own headers are used).
+APT_PACKAGES += gcc
 # The agents' network-namespace lab: a resolver and real tunneling tools; binutils for PyInstaller.
 APT_PACKAGES += dnsmasq-base iodine ptunnel-ng binutils
 CONFIG ?=
