@@ -1219,11 +1219,6 @@ static PyObject *table_find(FlowTable *self, PyObject *wanted)
     Py_RETURN_NONE;
 }
 
-static PyObject *table_agent_count(FlowTable *self, PyObject *unused)
-{
-    return PyLong_FromSsize_t(PyDict_GET_SIZE(self->agents));
-}
-
 static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"idle_ns", "active_ns", "dns_active_ns", "max_flows", "samples_per_flow",
@@ -1330,7 +1325,6 @@ static PyMethodDef table_methods[] = {
     {"sweep", (PyCFunction)table_sweep, METH_O, "sweep(now_monotonic)"},
     {"snapshot", (PyCFunction)table_snapshot, METH_VARARGS, "snapshot(agent_id or None, limit)"},
     {"find", (PyCFunction)table_find, METH_O, "find(flow_id) -> FlowRecord or None"},
-    {"agent_count", (PyCFunction)table_agent_count, METH_NOARGS, NULL},
     {NULL},
 };
 
