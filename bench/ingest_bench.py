@@ -160,13 +160,13 @@ def _rss_with_flows() -> None:
     base = 1_700_000_000_000
     payload = b"\x16\x03\x01" + bytes(200)  # a small ClientHello-sized sample in every flow
     for start in range(0, FLOWS_FOR_RSS, 1000):
-        batch = [
+        batch = sensor_pb2.PacketBatch(packets=[
             sensor_pb2.NetworkPacket(local_ip=0x0A000005, remote_ip=0x5D000000 + i, local_port=40000 + i % 20000,
                                      remote_port=443, protocol=6, timestamp=base + i // 100, direction=1,
                                      size=260, payload=payload, tcp_flags=0x18)
             for i in range(start, start + 1000)
-        ]
-        ingest.packets(session, batch)
+        ])
+        ingest.packet_bytes(session, batch.SerializeToString(), batched=True)
     assert tracker.active_flows == FLOWS_FOR_RSS, tracker.active_flows
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"{peak / 1024:.1f} {before / 1024:.1f}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from appliance.agents import AgentRegistry, AgentState
@@ -71,13 +71,6 @@ class IngestService:
         """Convert and track one serialized PacketBatch (or NetworkPacket) of one stream."""
         accepted, rejected = self.tracker.add_wire(session.identity.agent_id, self.converter, data, batched)
         self._count_packets(session, accepted, rejected)
-
-    def packets(self, session: StreamSession, messages: Sequence[object]) -> None:
-        """Convert and track generated NetworkPacket objects (tools and tests; streams send bytes)."""
-        converted = self.converter.read(messages)
-        if converted:
-            self.tracker.add_packets(session.identity.agent_id, converted)
-        self._count_packets(session, len(converted), len(messages) - len(converted))
 
     def _count_packets(self, session: StreamSession, accepted: int, rejected: int) -> None:
         with self._lock:
