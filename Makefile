@@ -11,12 +11,11 @@ GEN := appliance/generated/sensor_pb2.py
 AGENTS_GEN := agents/generated/sensor_pb2.py
 # The C hot path of ingestion (appliance/native/fastpath.c), compiled in place by the editable install.
 NATIVE := appliance/native/.built
-# Debian packages the build or the tests need (systemd-python builds against libsystemd).
-APT_PACKAGES := pkg-config libsystemd-dev iproute2 curl shellcheck systemd
-# The C fast path of ingestion is compiled at install (the interpreter's own headers are used).
-APT_PACKAGES += gcc
-# The agents' network-namespace lab: a resolver and real tunneling tools; binutils for PyInstaller.
-APT_PACKAGES += dnsmasq-base iodine ptunnel-ng binutils
+# Debian packages, split by purpose: `make run` installs RUN_APT_PACKAGES only; `make test` adds TEST_APT_PACKAGES.
+# Running: systemd-python builds against libsystemd; the C fast path compiles at install (gcc); binutils for PyInstaller.
+RUN_APT_PACKAGES := pkg-config libsystemd-dev gcc binutils
+# Testing: network namespaces, the lab's resolver and real tunneling tools, script linting, unit verification.
+TEST_APT_PACKAGES := iproute2 curl shellcheck systemd dnsmasq-base iodine ptunnel-ng
 CONFIG ?=
 PYTEST_ARGS ?=
 # `make test FAST=1` skips the slow end-to-end tests (CI runs them all).
@@ -24,17 +23,25 @@ ifdef FAST
 PYTEST_ARGS += -m "not slow"
 endif
 
-.PHONY: run test bench gen venv sysdeps clean agents agents-gen
+.PHONY: run test bench gen venv sysdeps sysdeps-test clean agents agents-gen
 .DEFAULT_GOAL := run
 
-sysdeps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# $(call apt_ensure,PACKAGES): install the Debian packages that are missing (as root), else say what to run.
+define apt_ensure
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then echo "installing Debian packages:$$missing"; \
 	    (apt-get install -y -qq $$missing >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq $$missing >/dev/null)) \
 	      || { echo "apt-get install$$missing failed"; exit 1; }; \
 	  else echo "missing Debian packages:$$missing -- run: sudo apt-get install$$missing"; exit 1; fi; \
 	fi
+endef
+
+sysdeps:
+	$(call apt_ensure,$(RUN_APT_PACKAGES))
+
+sysdeps-test: sysdeps
+	$(call apt_ensure,$(TEST_APT_PACKAGES))
 
 $(STAMP): requirements.txt concierge/requirements.txt pyproject.toml | sysdeps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -78,10 +85,10 @@ agents: $(AGENTS_GEN)
 run: $(GEN)
 	$(PY) -m appliance $(if $(CONFIG),--config $(CONFIG))
 
-test: $(GEN) $(AGENTS_GEN)
+test: $(GEN) $(AGENTS_GEN) | sysdeps-test
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
 
-bench: $(GEN) $(AGENTS_GEN)
+bench: $(GEN) $(AGENTS_GEN) | sysdeps-test
 	$(PY) -m bench
 
 clean:

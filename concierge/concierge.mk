@@ -1,6 +1,7 @@
 # Concierge (hotel concierge platform API): `make concierge` serves it with a seeded demo hotel.
 # Included at the end of the top-level Makefile; $(STAMP) and $(PY) come from there.
-APT_PACKAGES += nginx redis-server postgresql
+# The concierge tests run behind real nginx, on real Redis and PostgreSQL.
+TEST_APT_PACKAGES += nginx redis-server postgresql
 CONCIERGE_PORT ?= 8080
 
 .PHONY: concierge

@@ -235,7 +235,7 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
     """A real redis-server from Debian on a free loopback port, in a temp dir."""
     binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     if not os.path.exists(binary):
-        pytest.fail("redis-server is not installed (concierge/concierge.mk adds it to APT_PACKAGES; run make sysdeps)")
+        pytest.fail("redis-server is not installed (concierge/concierge.mk adds it to TEST_APT_PACKAGES; run make sysdeps-test)")
     port = free_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--save", "", "--appendonly", "no", "--daemonize", "no"],
@@ -266,7 +266,7 @@ def postgres_url() -> Iterator[str]:
 
     bindir = _postgres_bin()
     if bindir is None:
-        pytest.fail("PostgreSQL is not installed (concierge/concierge.mk adds it to APT_PACKAGES; run make sysdeps)")
+        pytest.fail("PostgreSQL is not installed (concierge/concierge.mk adds it to TEST_APT_PACKAGES; run make sysdeps-test)")
     root = Path(tempfile.mkdtemp(prefix="concierge-pg-"))
     data = root / "data"
     as_user: dict[str, Any] = {}

@@ -50,7 +50,7 @@ def nginx_in_front(request: pytest.FixtureRequest, tmp_path: Path, make_concierg
     """Real nginx from Debian with our site file (plain or with a TLS listener), in front of a concierge on port 0."""
     binary = shutil.which("nginx") or "/usr/sbin/nginx"
     if not os.path.exists(binary):
-        pytest.fail("nginx is not installed (concierge/concierge.mk adds it to APT_PACKAGES; run make sysdeps)")
+        pytest.fail("nginx is not installed (concierge/concierge.mk adds it to TEST_APT_PACKAGES; run make sysdeps-test)")
     concierge, base = make_concierge(trust_proxy=True)
     upstream_port = int(base.rsplit(":", 1)[1])
     port = free_port()
