@@ -16,7 +16,7 @@ from concierge.http import Edge, ErrorPlugin, Server, default_error_handler
 from concierge.mail import SpoolMailer
 from concierge.ai import AiProvider, OfflineAi, OpenAiCompatible
 from concierge.idempotency import IdempotencyStore
-from concierge.modules import ai_concierge, analytics, booking, cardex, chat, checkin, docs, integrations, menu, payment, rooms, tickets, today, users
+from concierge.modules import ai_concierge, analytics, booking, cardex, chat, checkin, docs, health, integrations, menu, payment, rooms, tickets, today, users
 from concierge.payments import PaymentProvider, SandboxProvider, StripeProvider
 from concierge.records import RecordStore
 from concierge.outbox import OutboxDispatcher
@@ -119,7 +119,7 @@ def build(
     app = bottle.Bottle()
     app.default_error_handler = default_error_handler  # type: ignore[method-assign]
     app.install(ErrorPlugin())
-    app.install(SchemaPlugin(sessions))
+    app.install(SchemaPlugin(sessions, settings.check_responses))
     api = Api(app)
 
     user_service = users.UserService(users.UserStore(db), hasher, sessions, clock)
@@ -135,6 +135,7 @@ def build(
     concierge_ai = ai_concierge.ConciergeAi(db, ai)
     sync_service = integrations.SyncService(db, pms, clock, sessions.resolve_role)
 
+    api.mount("/health", "health", health.routes())
     api.mount("/users", "users", users.routes(user_service))
     api.mount("/cardex", "cardex", cardex.routes(cardex_service))
     api.mount("/check-in", "check-in", checkin.routes(hub, db))

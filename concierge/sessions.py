@@ -58,6 +58,8 @@ class AuthContext:
     role: str | None = None
     resolved: bool = False
     user: Row = field(default_factory=dict)
+    member_role: str | None = None  # read with the session (one query per request), adopted by resolve_role
+    member_role_loaded: bool = False
 
     def csrf_matches(self, token: str) -> bool:
         return bool(token) and hmac.compare_digest(token, self.csrf_token)
@@ -90,9 +92,11 @@ class SessionStore:
             tx.execute("UPDATE sessions SET revoked_at = ? WHERE id_hash = ?", (now, id_hash))
 
     def lookup(self, session_id: str) -> Row | None:
-        with self.db.transaction(write=False) as tx:
-            return tx.one(
-                "SELECT s.*, u.email, u.name FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.id_hash = ? AND s.revoked_at IS NULL",
+        with self.db.statements() as tx:  # one statement: its own snapshot
+            return tx.one(  # the membership's current role comes with it: no second look-up when a route needs the role
+                "SELECT s.*, u.email, u.name, m.role AS member_role FROM sessions s JOIN users u ON u.id = s.user_id "
+                "LEFT JOIN memberships m ON m.user_id = s.user_id AND m.organization_id = s.organization_id "
+                "WHERE s.id_hash = ? AND s.revoked_at IS NULL",
                 (_digest(session_id),),
             )
 
@@ -178,6 +182,8 @@ class SessionService:
             role_seen=row["role_seen"],
             via_cookie=via_cookie,
             user={"id": row["user_id"], "email": row["email"], "name": row["name"]},
+            member_role=row["member_role"],
+            member_role_loaded=True,
         )
 
     def resolve_role(self, auth: AuthContext) -> str | None:
@@ -187,7 +193,10 @@ class SessionService:
         moves to a new id on this response: privileges never change under an old session id.
         """
         if not auth.resolved:
-            auth.role = self.store.role(auth.user_id, auth.organization_id) if auth.organization_id else None
+            if auth.member_role_loaded:
+                auth.role = auth.member_role if auth.organization_id else None
+            else:
+                auth.role = self.store.role(auth.user_id, auth.organization_id) if auth.organization_id else None
             auth.resolved = True
             if auth.role != auth.role_seen and auth.via_cookie:
                 session_id = secrets.token_urlsafe(32)

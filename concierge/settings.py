@@ -55,6 +55,7 @@ class Settings:
     ai_base_url: str = ""
     ai_api_key: str = ""
     ai_model: str = "gpt-4o-mini"
+    check_responses: bool = False  # hold pre-encoded hot-path bodies to their response models (tests turn it on)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -100,6 +101,7 @@ class Settings:
             "AI_BASE_URL": "ai_base_url",
             "AI_API_KEY": "ai_api_key",
             "AI_MODEL": "ai_model",
+            "CHECK_RESPONSES": "check_responses",
         }
         types = {f.name: f.type for f in fields(cls)}
         values: dict[str, Any] = {}
