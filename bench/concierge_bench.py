@@ -35,7 +35,6 @@ def _serve(state: str, conn: Any) -> None:
 
     logging.disable(logging.INFO)
     from concierge.app import build
-    from concierge.clock import new_id
     from concierge.settings import Settings
 
     concierge = build(Settings(state_dir=Path(state), kdf_n=2**10))
@@ -45,12 +44,11 @@ def _serve(state: str, conn: Any) -> None:
     staff_id = users.store.create("bench-staff@hotel.test", "Staff", "x", "Bench Hotel", now)
     org = sessions.store.first_organization(staff_id)
     staff_sid, _ = sessions.start(staff_id, org)
-    with concierge.db.transaction() as tx:
+    guests = concierge.services["cardex"].store
+    with concierge.db.transaction() as tx:  # through the register's own write path, as staff and PMS imports write
         for i in range(GUESTS):
-            tx.execute(
-                "INSERT INTO guests (id, organization_id, first_name, last_name, email, phone, room, vip, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (new_id("gst"), org, f"First{i}", f"Last{i:05d}", f"g{i}@mail.test", f"+33 6 {i:08d}", str(100 + i % 400), int(i % 20 == 0), "arrived" if i % 3 else "expected", now, now),
-            )
+            values = {"first_name": f"First{i}", "last_name": f"Last{i:05d}", "email": f"g{i}@mail.test", "phone": f"+33 6 {i:08d}", "room": str(100 + i % 400), "vip": i % 20 == 0}
+            guests.insert(tx, org, values, "arrived" if i % 3 else "expected", now)
     guest_sids, channels = [], []
     for i in range(STREAMS):
         uid = users.store.create(f"bench-guest{i}@hotel.test", f"Guest {i}", "x", None, now)

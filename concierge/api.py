@@ -9,6 +9,7 @@ field errors), calls the handler with a typed `Call`, and serialises the respons
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import logging
 from dataclasses import dataclass, field
@@ -192,6 +193,13 @@ class SchemaPlugin:
 
         return wrapper
 
+    @staticmethod
+    @functools.lru_cache(maxsize=None)
+    def _default_query(model: type[BaseModel]) -> BaseModel:
+        """The query model with every default (no query string): validated once per model, then shared;
+        handlers read queries and never change them."""
+        return model.model_validate({})
+
     def _authorise(self, endpoint: Endpoint, auth: Any, request: bottle.BaseRequest) -> None:
         if endpoint.access is Access.PUBLIC:
             return
@@ -215,7 +223,8 @@ class SchemaPlugin:
                 details += _field_errors(err, "path")
         if endpoint.query is not None:
             try:
-                call.query = endpoint.query.model_validate(dict(request.query.decode().items()))
+                raw_query = request.environ.get("QUERY_STRING", "")
+                call.query = self._default_query(endpoint.query) if not raw_query else endpoint.query.model_validate(dict(request.query.decode().items()))
             except ValidationError as err:
                 details += _field_errors(err, "query")
         if endpoint.body is not None:

@@ -109,6 +109,7 @@ def build(
         if guest and not guest.get("pms_reservation_id"):
             with db.transaction() as tx:
                 tx.execute("UPDATE guests SET pms_reservation_id = ? WHERE id = ? AND pms_reservation_id IS NULL", (reservation, payload["guestId"]))
+                cardex.touch_guest_list(tx, guest["organization_id"], payload["guestId"])
 
     def pms_check_out(payload: dict[str, Any]) -> None:
         with db.transaction(write=False) as tx:

@@ -25,6 +25,8 @@ class IntegrityError(Exception):
 
 
 class Tx(Protocol):
+    kind: str  # the back end ("sqlite" or "postgresql"), for the rare statement that differs
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...
     def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
@@ -43,6 +45,8 @@ def migrations() -> list[tuple[int, str, str]]:
 
 
 class _SqliteTx:
+    kind = "sqlite"
+
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
@@ -130,6 +134,8 @@ class SqliteDatabase:
 
 
 class _PgTx:
+    kind = "postgresql"
+
     def __init__(self, conn: Any) -> None:
         self.conn = conn
 

@@ -41,6 +41,16 @@ class PasswordHasher:
         return stored is not None and hmac.compare_digest(got, base64.b64decode(digest))
 
 
+def _cookie(header: str, name: str) -> str | None:
+    """One cookie's value from a Cookie header (`a=b; c=d`). Session ids are URL-safe tokens, so no quoting
+    rules apply; http.cookies parsed the whole header with regular expressions on every request."""
+    for part in header.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep and key == name:
+            return value
+    return None
+
+
 def _digest(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
@@ -161,7 +171,7 @@ class SessionService:
         return auth
 
     def _authenticate(self, request: bottle.BaseRequest) -> AuthContext | None:
-        session_id = request.get_cookie(COOKIE)
+        session_id = _cookie(request.environ.get("HTTP_COOKIE", ""), COOKIE)
         via_cookie = True
         header = request.headers.get("Authorization", "")
         if header.startswith("Bearer "):

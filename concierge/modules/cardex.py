@@ -120,10 +120,11 @@ def _db_value(key: str, value: Any) -> Any:
     return value
 
 
-# The page is encoded by the database as JSON objects in GuestOut's field order and camelCase keys, each
-# row's types fixed by the SQL schema (vip: INTEGER 0/1 -> JSON boolean). SQLite hands over the whole page
-# as one value: its Python module releases and re-takes the GIL for every row stepped, which under 4
-# concurrent requests cost more than building the objects.
+# The list serves each row as stored JSON (`guests.list_json`): GuestOut's fields in order, camelCase keys,
+# types fixed by the SQL schema (vip: INTEGER 0/1 -> JSON boolean). Every write to a guest refreshes it in
+# the writer's transaction (`touch_guest_list`); a row written elsewhere (bulk imports) has NULL and is
+# encoded on the fly. SQLite hands over the whole page as one value: its Python module releases and
+# re-takes the GIL for every row stepped, which under 4 concurrent requests cost more than the rows.
 LIST_COLUMNS = tuple(GuestOut.model_fields)
 LIST_KEYS = tuple(GuestOut.model_fields[c].alias or c for c in LIST_COLUMNS)
 
@@ -132,27 +133,34 @@ def _json_pairs(boolean: Callable[[str], str]) -> str:
     return ", ".join(f"'{key}', {boolean(col) if col == 'vip' else col}" for key, col in zip(LIST_KEYS, LIST_COLUMNS))
 
 
+ROW_JSON = {  # one guest row as its GuestOut JSON, per back end
+    "sqlite": "json_object(" + _json_pairs(lambda c: f"json(CASE WHEN {c} <> 0 THEN 'true' ELSE 'false' END)") + ")",
+    "postgresql": "json_build_object(" + _json_pairs(lambda c: f"({c} <> 0)") + ")::text",
+}
 PAGE_SQL = {  # per back end; {where} is the filter clause, then LIMIT ? OFFSET ?; first column: the guests_version
     "sqlite": (
-        "SELECT (SELECT guests_version FROM organizations WHERE id = ?) AS version, (SELECT group_concat(j, ',') FROM (SELECT json_object("
-        + _json_pairs(lambda c: f"json(CASE WHEN {c} <> 0 THEN 'true' ELSE 'false' END)")
+        "SELECT (SELECT guests_version FROM organizations WHERE id = ?) AS version, (SELECT group_concat(j, ',') FROM (SELECT COALESCE(list_json, "
+        + ROW_JSON["sqlite"]
         + ") AS j FROM guests WHERE {where} ORDER BY last_name, first_name, id LIMIT ? OFFSET ?)) AS page"
     ),
     "postgresql": (
-        "SELECT (SELECT guests_version FROM organizations WHERE id = ?) AS version, json_build_object("
-        + _json_pairs(lambda c: f"({c} <> 0)")
-        + ")::text AS j FROM guests WHERE {where} ORDER BY last_name, first_name, id LIMIT ? OFFSET ?"
+        "SELECT (SELECT guests_version FROM organizations WHERE id = ?) AS version, COALESCE(list_json, "
+        + ROW_JSON["postgresql"]
+        + ") AS j FROM guests WHERE {where} ORDER BY last_name, first_name, id LIMIT ? OFFSET ?"
     ),
 }
 
 
-def touch_guest_list(tx: Tx, org_id: str) -> None:
-    """Record that the organization's guests changed (in the writer's transaction): cached totals are stale.
+def touch_guest_list(tx: Tx, org_id: str, guest_id: str | None = None) -> None:
+    """Record a change to the organization's guests (in the writer's transaction): cached totals are stale,
+    and the changed guest's stored list JSON is encoded again.
 
     Every write to `guests` calls this; the version lives in the database, so instances sharing PostgreSQL
     see each other's writes.
     """
     tx.execute("UPDATE organizations SET guests_version = guests_version + 1 WHERE id = ?", (org_id,))
+    if guest_id is not None:
+        tx.execute(f"UPDATE guests SET list_json = {ROW_JSON[tx.kind]} WHERE id = ?", (guest_id,))
 
 
 class GuestTotals:
@@ -247,7 +255,7 @@ class GuestStore:
             f"INSERT INTO guests ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
             [gid, org_id, status, pms_id, now, now, *(_db_value(k, v) for k, v in values.items())],
         )
-        touch_guest_list(tx, org_id)
+        touch_guest_list(tx, org_id, gid)
         return gid
 
     def update(self, tx: Tx, org_id: str, guest_id: str, values: dict[str, Any], now: str) -> None:
@@ -256,7 +264,7 @@ class GuestStore:
             f"UPDATE guests SET {sets}, updated_at = ? WHERE id = ? AND organization_id = ?",
             [*(_db_value(k, v) for k, v in values.items()), now, guest_id, org_id],
         )
-        touch_guest_list(tx, org_id)
+        touch_guest_list(tx, org_id, guest_id)
 
 
 def patch_values(body: GuestPatch) -> dict[str, Any]:
@@ -316,7 +324,7 @@ class CardexService:
             guest = self.store.get(tx, org_id, guest_id)
             CHECK_IN.check(guest["status"], target)
             tx.execute("UPDATE guests SET status = ?, updated_at = ? WHERE id = ?", (target, now, guest_id))
-            touch_guest_list(tx, org_id)
+            touch_guest_list(tx, org_id, guest_id)
             if extra:
                 self.store.update(tx, org_id, guest_id, extra, now)
             if pms_kind:

@@ -63,6 +63,56 @@ def test_the_total_follows_creates_edits_actions_and_deletes(hotel: Hotel) -> No
     assert _list(hotel, staying="true")["total"] == 0
 
 
+def test_every_write_path_refreshes_the_stored_list_entry(make_concierge) -> None:
+    """The list serves stored JSON per guest: after each kind of write it equals the detail route's answer."""
+    pms = SimulatedPms()
+    concierge, base = make_concierge(pms=pms)
+    hotel = make_hotel(concierge, base)
+    staff = hotel.client("staff")
+
+    def same_as_detail(guest_id: str) -> dict:
+        detail = staff.get(f"/cardex/guests/{guest_id}").json()
+        assert next(g for g in _list(hotel)["items"] if g["id"] == guest_id) == detail
+        return detail
+
+    gid = staff.post("/cardex/guests", {"firstName": "Wri", "lastName": "Ter", "email": "w@mail.test"}).json()["id"]
+    same_as_detail(gid)
+    staff.patch(f"/cardex/guests/{gid}", {"room": "707", "notes": "quiet"})
+    assert same_as_detail(gid)["room"] == "707"
+    staff.put(f"/cardex/guests/{gid}", {"firstName": "Wri", "lastName": "Ter", "vip": True})
+    assert same_as_detail(gid)["vip"] is True and same_as_detail(gid)["email"] is None
+    staff.post("/cardex/send-check-in-email", {"guestId": staff.post("/cardex/guests", {"firstName": "Mail", "lastName": "Me", "email": "m@mail.test"}).json()["id"]})
+    assert all(g == staff.get(f"/cardex/guests/{g['id']}").json() for g in _list(hotel)["items"])
+    staff.post("/cardex/confirm-arrival", {"guestId": gid})
+    from tests.polling import wait_for
+
+    assert wait_for(lambda: staff.get(f"/cardex/guests/{gid}").json()["pmsReservationId"] is not None)  # set by the outbox worker
+    assert same_as_detail(gid)["status"] == "arrived"
+    staff.post("/cardex/check-out", {"guestId": gid})
+    assert same_as_detail(gid)["status"] == "checked_out"
+    pms.add(PmsReservation("R9", "Imp", "Orted", None, None, "12", None, None, "expected"))
+    staff.post("/integrations/full-sync", {})
+    imported = next(g for g in _list(hotel)["items"] if g["pmsReservationId"] == "R9")
+    same_as_detail(imported["id"])
+    pms.add(PmsReservation("R9", "Imp", "Renamed", None, None, "13", None, None, "expected"))
+    staff.post("/integrations/full-sync", {"resume": False})
+    assert same_as_detail(imported["id"])["lastName"] == "Renamed"
+
+
+def test_rows_written_without_a_stored_entry_are_encoded_on_read(hotel: Hotel) -> None:
+    from concierge.clock import new_id
+
+    now = hotel.concierge.clock.iso()
+    with hotel.concierge.db.transaction() as tx:  # as a bulk import straight into the table would
+        tx.execute(
+            "INSERT INTO guests (id, organization_id, first_name, last_name, vip, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?)",
+            (new_id("gst"), hotel.org_id, "Bulk", "Row", 1, "expected", now, now),
+        )
+    item = _list(hotel)["items"][0]
+    assert item["firstName"] == "Bulk" and item["vip"] is True
+    assert item == hotel.client("staff").get(f"/cardex/guests/{item['id']}").json()
+
+
 def test_the_total_follows_a_pms_import(make_concierge) -> None:
     pms = SimulatedPms()
     concierge, base = make_concierge(pms=pms)

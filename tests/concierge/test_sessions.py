@@ -135,3 +135,15 @@ def test_passwords_are_hashed_with_scrypt() -> None:
     stored = hasher.hash("secret password")
     assert stored.startswith("scrypt$16384$8$1$")
     assert hasher.verify("secret password", stored) and not hasher.verify("other", stored)
+
+
+def test_hostile_cookie_headers_are_401_and_the_right_cookie_is_found_among_others(hotel: Hotel) -> None:
+    import requests
+
+    sid = hotel.client("staff").cookie
+    url = hotel.base + "/users/me"
+    for header in ("", ";;;", "concierge_session", "concierge_session=", "concierge_session=" + "x" * 5000, "=\x7f; \"; concierge_session=\"quoted\"", "a=b; concierge_session=nope"):
+        resp = requests.get(url, headers={"Cookie": header}, timeout=10)
+        assert resp.status_code == 401, header
+    ok = requests.get(url, headers={"Cookie": f"theme=dark; concierge_session={sid}; other=1"}, timeout=10)
+    assert ok.status_code == 200 and ok.json()["auth"]["role"] == "staff"
