@@ -219,3 +219,28 @@ def test_concurrent_accepts_create_one_membership(hotel: Hotel) -> None:
     assert len(clients[0].get("/users/me").json()["memberships"]) == 1
     assert _actions(hotel, 3) == ["invitation.created", "invitation.accepted", "membership.created"]
 
+
+
+def test_oversized_and_slow_invitation_bodies_do_not_hold_up_the_server(hotel: Hotel) -> None:
+    import socket
+    import time
+
+    admin = hotel.client("admin")
+    huge = admin.post("/users/invitations", {"email": "big@hotel.test", "role": "staff", "padding": "x" * 2_000_000})
+    assert huge.status_code in (413, 422) and "error" in huge.json()
+    host, port = hotel.base.removeprefix("http://").split(":")
+    slow = socket.create_connection((host, int(port)))
+    try:
+        head = (
+            f"POST /users/invitations HTTP/1.1\r\nHost: {host}\r\nCookie: concierge_session={admin.cookie}\r\nX-CSRF-Token: {admin.csrf}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 60\r\n\r\n{\"email\": \"slow@hotel"
+        )
+        slow.sendall(head.encode())  # and then nothing more: the body never completes
+        started = time.monotonic()
+        for _ in range(5):
+            assert admin.get("/users/invitations").status_code == 200
+        assert time.monotonic() - started < 5  # other requests are served meanwhile
+    finally:
+        slow.close()
+    assert [i["email"] for i in admin.get("/users/invitations").json()["items"]] == []  # neither body created anything
+    assert _actions(hotel, 1) != ["invitation.created"]
