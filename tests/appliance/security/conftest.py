@@ -53,6 +53,9 @@ def status_probe(appliance: RunningAppliance) -> Iterator[StatusProbe]:
     try:
         yield probe
     finally:
+        deadline = time.monotonic() + 5  # a quick attack still gets a few answers, the last ones after it
+        while probe.answers < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
         probe._stop.set()
         probe._thread.join(timeout=10)
     probe.check()
