@@ -199,6 +199,9 @@ def install(
             form = bottle.request.POST
         except bottle.HTTPError as err:
             raise ApiError(400, f"Malformed multipart body: {err.body}") from None
+        except ValueError:  # bottle refuses control characters in part headers: a NUL in a file name
+            raise ApiError(400, "Malformed multipart body: a part header (a file name) contains a control "
+                                "character such as NUL") from None
         files = [(key, value) for key, value in form.allitems() if isinstance(value, bottle.FileUpload)]
         if not files:
             raise Unprocessable("file", "no file part in the upload")

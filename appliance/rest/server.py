@@ -118,6 +118,7 @@ class HttpServer:
 
     def _serve(self) -> None:
         loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
         self._loop = loop
         loop.set_exception_handler(_quiet_exception_handler)
         server = loop.run_until_complete(asyncio.start_server(self._connection, sock=self._sock, limit=_READ_SIZE))
@@ -126,9 +127,10 @@ class HttpServer:
             loop.run_forever()
         finally:
             server.close()
-            for task in asyncio.all_tasks(loop):
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
                 task.cancel()
-            loop.run_until_complete(asyncio.sleep(0))
+            loop.run_until_complete(_settle(tasks))
             loop.close()
 
     def stop(self) -> None:
@@ -161,6 +163,8 @@ class HttpServer:
                     writer.transport.abort()
                     return
             await self._requests(reader, writer, peer)
+        except asyncio.CancelledError:
+            pass  # the server is stopping: the connection just ends (a cancelled task here logs noise)
         except (ConnectionError, ssl.SSLError, OSError) as err:
             # The client went away mid-request or mid-reply: one line, never a traceback.
             self.counters["client_disconnected"] += 1
@@ -410,6 +414,10 @@ def _stream_size(body: io.IOBase) -> int:
     size = body.seek(0, io.SEEK_END)
     body.seek(position)
     return size
+
+
+async def _settle(tasks: set[asyncio.Task[Any]]) -> None:
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _quiet_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
