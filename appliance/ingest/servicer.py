@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -85,7 +86,7 @@ class SensorServicer(sensor_pb2_grpc.SensorServiceServicer):
 
     # Event streams also receive bytes and decode each message here: a message that does not
     # decode is skipped and counted, where a deserializer in gRPC would end the stream (INTERNAL).
-    def _decoded(self, session: StreamSession, data: bytes, message_type: type) -> object | None:
+    def _decoded(self, session: StreamSession, data: bytes, message_type: Any) -> Any:
         try:
             return message_type.FromString(data)
         except DecodeError:
