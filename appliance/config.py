@@ -37,6 +37,9 @@ class GrpcSettings(_Section):
     listen: str = "0.0.0.0:50051"
     tls: bool = True
     max_streams: Annotated[int, Field(ge=1, le=4096)] = 64
+    # Streams one agent identity (its client certificate; its agent id without mTLS) may hold at once.
+    # An agent opens up to five (one per stream kind); the rest is room for reconnects.
+    max_streams_per_agent: Annotated[int, Field(ge=1, le=4096)] = 8
     max_message_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 4 * 1024 * 1024
 
     _listen = field_validator("listen")(_check_listen)
@@ -47,6 +50,14 @@ class RestSettings(_Section):
     tls: bool = True
     threads: Annotated[int, Field(ge=1, le=512)] = 16
     max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 1024 * 1024
+    # Abuse limits of the HTTP front (README, "Security limits"): no worker thread before a whole request.
+    head_timeout: Annotated[float, Field(gt=0, le=300)] = 10.0
+    body_timeout: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    min_body_rate: Annotated[int, Field(ge=1024, le=1 << 30)] = 64 * 1024
+    keepalive_timeout: Annotated[float, Field(gt=0, le=3600)] = 15.0
+    write_timeout: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    max_connections_per_source: Annotated[int, Field(ge=1, le=100_000)] = 64
+    max_connections: Annotated[int, Field(ge=1, le=100_000)] = 1024
 
     _listen = field_validator("listen")(_check_listen)
 
@@ -68,6 +79,8 @@ class PathSettings(_Section):
 
 class LimitSettings(_Section):
     max_flows: Annotated[int, Field(ge=10, le=10_000_000)] = 200_000
+    # An agent at this many flows evicts its own longest-idle flow: one agent cannot fill the table.
+    max_flows_per_agent: Annotated[int, Field(ge=10, le=10_000_000)] = 50_000
     analysis_queue: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
     max_payload_bytes: Annotated[int, Field(ge=0, le=1 << 20)] = 65535
     samples_per_flow: Annotated[int, Field(ge=0, le=1024)] = 8

@@ -79,6 +79,7 @@ class FlowLimits:
     samples_per_flow: int = 8
     sample_bytes: int = 2048
     dns_per_flow: int = 64
+    max_flows_per_agent: int = 0  # 0: only max_flows; else an agent at its cap evicts its own oldest flow
 
 
 def flow_hash(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) -> bytes:
@@ -126,6 +127,7 @@ class FlowTracker:
         self._table = FlowTable(
             tuple(idle[c] for c in CLASSES), int(self.timeouts.active * _NS), int(self.timeouts.dns_active * _NS),
             self.limits.max_flows, self.limits.samples_per_flow, _new_record, self._keep,
+            max_flows_per_agent=self.limits.max_flows_per_agent,
         )
         self._sample_bytes = self.limits.sample_bytes
         self._dns_cap = self.limits.dns_per_flow
@@ -228,6 +230,19 @@ class FlowTracker:
     @property
     def flows_evicted(self) -> int:
         return self._table.evicted
+
+    @property
+    def flows_evicted_agent_cap(self) -> int:
+        return self._table.evicted_agent_cap
+
+    @property
+    def flows_refused_bucket(self) -> int:
+        return self._table.bucket_refused
+
+    def longest_chain(self) -> int:
+        """The longest hash chain of the flow table (walks it: tests and benchmarks only)."""
+        with self.lock:
+            return self._table.longest_chain
 
     def snapshot(self, agent_id: str | None = None, limit: int = 100) -> list[FlowRecord]:
         """The newest `limit` live flows (by last packet time), optionally of one agent."""

@@ -157,8 +157,19 @@ def json_response_error(err: ApiError) -> bottle.HTTPResponse:
 
 
 # -- request parsing helpers used by route modules --------------------------------------------
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 def read_json(max_bytes: int) -> Any:
-    """The request body as JSON; 413 beyond `max_bytes`, 400 when it is not JSON."""
+    """The request body as JSON; 415 unless it says it is JSON, 413 beyond `max_bytes`, 400 when it is not JSON.
+
+    A form post (`text/plain`, `application/x-www-form-urlencoded`) is a "simple" request a browser
+    sends cross-site without asking first; requiring the JSON media type keeps such pages out.
+    """
+    if not _is_json(bottle.request.environ.get("CONTENT_TYPE", "")):
+        raise ApiError(415, "Send the body as application/json")
     length = bottle.request.content_length
     if length > max_bytes:
         raise ApiError(413, f"Request body too large (limit {max_bytes} bytes)")

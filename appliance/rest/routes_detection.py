@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.detection.alerts import STATUSES, Alert, AlertStore, InvalidTransition
 from appliance.detection.analysis_config import AnalysisConfig, AnalysisConfigHolder
-from appliance.detection.exclusions import SCOPES, Exclusion, ExclusionStore
+from appliance.detection.exclusions import SCOPES, BlanketExclusion, Exclusion, ExclusionStore
 from appliance.detection.signatures.engine import SignatureEngine
 from appliance.detection.signatures.rules import Rule, RuleError
 from appliance.errors import ApiError, NotFound
@@ -34,8 +34,9 @@ def alert_view(alert: Alert) -> dict[str, Any]:
     }
 
 
-def exclusion_view(e: Exclusion) -> dict[str, Any]:
+def exclusion_view(e: Exclusion, blanket: bool = False) -> dict[str, Any]:
     return {"id": e.id, "value": e.value, "kind": e.kind, "protocol": e.protocol, "agent_id": e.agent_id,
+            "blanket": blanket,
             "comment": e.comment, "created_at": dt.datetime.fromtimestamp(e.created_at, dt.timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -50,6 +51,8 @@ class ExclusionBody(BaseModel):
     protocol: Literal["dns", "http", "tls", "icmp", "tcp", "udp", "any"] = "any"
     agent_id: str | None = Field(default=None, max_length=64)
     comment: str = Field(default="", max_length=1000)
+    # Required (true) for a blanket entry such as 0.0.0.0/0, ::/0 or a public suffix.
+    confirm_blanket: bool = False
 
 
 class ToggleBody(BaseModel):
@@ -105,7 +108,7 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
 
     @api.route("GET", "/api/v1/whitelist", "Exclusions", tag="detection")
     def list_exclusions() -> dict[str, Any]:
-        items = [exclusion_view(e) for e in exclusions.all()]
+        items = [exclusion_view(e, exclusions.is_blanket(e)) for e in exclusions.all()]
         return {"entries": items, "count": len(items), "scopes": list(SCOPES)}
 
     @api.route("POST", "/api/v1/whitelist", "Add an exclusion (IP, CIDR or domain; a domain covers its subdomains)",
@@ -113,10 +116,13 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
     def add_exclusion() -> bottle.HTTPResponse | dict[str, Any]:
         body = read_body(ExclusionBody, api.max_body_bytes)
         try:
-            entry = exclusions.add(body.value, body.protocol, body.agent_id, body.comment)
+            entry = exclusions.add(body.value, body.protocol, body.agent_id, body.comment,
+                                   confirm_blanket=body.confirm_blanket)
+        except BlanketExclusion as err:
+            raise ApiError(422, f"value: {err}", code="BLANKET_EXCLUSION", field="value") from err
         except ValueError as err:
             raise ApiError(422, f"value: {err}", field="value") from err
-        return json_response(exclusion_view(entry), status=201)
+        return json_response(exclusion_view(entry, exclusions.is_blanket(entry)), status=201)
 
     @api.route("DELETE", "/api/v1/whitelist/<entry_id>", "Remove an exclusion", tag="detection")
     def delete_exclusion(entry_id: str) -> dict[str, Any]:

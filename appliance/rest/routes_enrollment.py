@@ -30,6 +30,9 @@ from appliance.rest.api import Api, bearer_token, parse_model, read_json, tokens
 
 log = logging.getLogger(__name__)
 
+# The one route whose body may exceed rest.max_body_bytes (artifacts.max_upload_bytes).
+ARTIFACTS_PATH = "/api/v1/artifacts"
+
 DEPLOY_TOKEN_ENV = "SENSOR_DEPLOY_TOKEN"
 _SCRIPT_TYPES = {"windows": "text/plain; charset=utf-8", "linux": "text/x-shellscript; charset=utf-8",
                  "macos": "text/x-shellscript; charset=utf-8"}
@@ -180,7 +183,7 @@ def install(
             raise NotFound(f"No certificate is bound to agent {agent_id[:64]!r}")
         return {"id": agent_id, "revoked": revoked, "already_revoked": matched - revoked}
 
-    @api.route("POST", "/api/v1/artifacts",
+    @api.route("POST", ARTIFACTS_PATH,
                "Push files into /static (multipart: `file` parts named by their target path; optional `sha256`, "
                "`version`, or `sha256:<name>`/`version:<name>` per file)", auth="deploy", reply=UploadReply,
                tag="artifacts")
@@ -196,6 +199,9 @@ def install(
             form = bottle.request.POST
         except bottle.HTTPError as err:
             raise ApiError(400, f"Malformed multipart body: {err.body}") from None
+        except ValueError:  # bottle refuses control characters in part headers: a NUL in a file name
+            raise ApiError(400, "Malformed multipart body: a part header (a file name) contains a control "
+                                "character such as NUL") from None
         files = [(key, value) for key, value in form.allitems() if isinstance(value, bottle.FileUpload)]
         if not files:
             raise Unprocessable("file", "no file part in the upload")
