@@ -15,7 +15,7 @@ NATIVE := appliance/native/.built
 # Running: systemd-python builds against libsystemd; the C fast path compiles at install (gcc); binutils for PyInstaller.
 RUN_APT_PACKAGES := pkg-config libsystemd-dev gcc binutils
 # Testing: network namespaces, the lab's resolver and real tunneling tools, script linting, unit verification.
-TEST_APT_PACKAGES := iproute2 curl shellcheck systemd dnsmasq-base iodine ptunnel-ng
+TEST_APT_PACKAGES := iproute2 curl shellcheck systemd dnsmasq-base iodine ptunnel-ng openssl
 CONFIG ?=
 PYTEST_ARGS ?=
 # `make test FAST=1` skips the slow end-to-end tests (CI runs them all).

@@ -52,7 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"appliance {__version__} running", flush=True)
     print(f"  gRPC ingestion : port {appliance.grpc_port} ({'mutual TLS' if settings.grpc.tls else 'PLAINTEXT'})")
     print(f"  REST API       : {scheme}://localhost:{appliance.rest_port}/api/status")
-    print(f"  CA certificate : {appliance.ca.ca_cert_path} (sha256 {appliance.ca.ca_fingerprint})")
+    # The SHA-256 of the DER certificate (what the enrollment command pins), not of the PEM file:
+    # shown the way openssl shows it, with the command that prints the same line.
+    der_sha256 = ":".join(f"{b:02X}" for b in bytes.fromhex(appliance.ca.ca_fingerprint))
+    print(f"  CA certificate : {appliance.ca.ca_cert_path}")
+    print(f"  CA fingerprint : sha256 Fingerprint={der_sha256}   (SHA-256 of the DER certificate, not of the .pem file)")
+    print(f"  check it with  : openssl x509 -in {appliance.ca.ca_cert_path} -noout -fingerprint -sha256")
     if appliance.admin_token_created and sys.stdout.isatty():
         # Only to a person at a terminal: under systemd stdout goes to the journal, which keeps it.
         print(f"  admin token    : {appliance.admin_token}   (shown once; kept in {settings.paths.state_dir / ADMIN_TOKEN_FILE}, mode 0600)")
