@@ -31,11 +31,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="path to config.yaml (all defaults apply when omitted)")
     parser.add_argument("--log-level", default=os.environ.get("SENSOR_LOG_LEVEL", "INFO"))
     parser.add_argument("--version", action="version", version=__version__)
+    parser.add_argument("--print-static-dir", action="store_true",
+                        help="print the resolved paths.static_dir and exit (`make run` places the Linux agent there)")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.print_static_dir:
+        try:
+            print(load_settings(args.config).paths.static_dir)
+        except ApplianceError as err:
+            print(f"appliance: cannot start:\n{err}", file=sys.stderr)
+            return 2
+        return 0
     try:
         settings = load_settings(args.config)
         appliance = build(settings)
