@@ -271,9 +271,9 @@ def build(settings: Settings) -> Appliance:
     artifacts.refresh()
     enrollment_store = EnrollmentStore(paths.state_dir / ENROLLMENT_DB)
 
-    def endpoints() -> Any:  # late-bound: the ports are known once `appliance.start()` has run
+    def endpoints(request_host: str = "") -> Any:  # late-bound: the ports are known once `appliance.start()` has run
         return default_endpoints(settings.enrollment.base_url, settings.enrollment.grpc_url, server_names[0],
-                                 appliance.rest_port, appliance.grpc_port, settings.rest.tls)
+                                 appliance.rest_port, appliance.grpc_port, settings.rest.tls, request_host)
 
     enrollment = EnrollmentService(
         enrollment_store, ca, artifacts, template_dir=INSTALLER_DIR, endpoints=endpoints,

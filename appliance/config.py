@@ -68,13 +68,19 @@ class DashboardSettings(_Section):
     _listen = field_validator("listen")(_check_listen)
 
 
-class PathSettings(_Section):
-    """Relative paths resolve against the working directory."""
+# The checkout the appliance runs from: the shipped rules live here, and the default state goes
+# here, whatever directory it is started from (a bare `rules` would load an empty directory).
+INSTALL_ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_RULES = INSTALL_ROOT / "rules"
 
-    state_dir: Path = Path("var")
-    signatures_dir: Path = Path("rules")
-    static_dir: Path = Path("var/static")
-    certs_dir: Path = Path("var/certs")
+
+class PathSettings(_Section):
+    """Defaults resolve against the installation; relative paths in a config file against the working directory."""
+
+    state_dir: Path = INSTALL_ROOT / "var"
+    signatures_dir: Path = SHIPPED_RULES
+    static_dir: Path = INSTALL_ROOT / "var" / "static"
+    certs_dir: Path = INSTALL_ROOT / "var" / "certs"
 
 
 class LimitSettings(_Section):
@@ -182,10 +188,22 @@ def parse_settings(data: Any, source: str = "config") -> Settings:
         raise ConfigError(describe_errors(err, source)) from None
 
 
+def check_paths(settings: Settings, source: str) -> Settings:
+    """Stop on a signatures directory that does not exist: an empty rule set must be a choice, not a typo."""
+    rules = settings.paths.signatures_dir
+    if rules.is_dir():
+        return settings
+    if "signatures_dir" in settings.paths.model_fields_set:
+        raise ConfigError(f"{source}: paths.signatures_dir: no such directory (got '{rules}'); create it, or remove "
+                          f"the key to use the shipped rules in {SHIPPED_RULES}")
+    raise ConfigError(f"{source}: the shipped rules are missing ({rules}): set paths.signatures_dir to the "
+                      "directory of your rules")
+
+
 def load_settings(path: str | Path | None) -> Settings:
-    """Settings from a YAML file, or all defaults when `path` is None."""
+    """Settings from a YAML file, or all defaults when `path` is None; the signatures directory must exist."""
     if path is None:
-        return Settings()
+        return check_paths(Settings(), "defaults")
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -195,4 +213,4 @@ def load_settings(path: str | Path | None) -> Settings:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    return parse_settings(data, str(path))
+    return check_paths(parse_settings(data, str(path)), str(path))

@@ -25,7 +25,7 @@ class Settings:
 
     environment: str = "development"  # development | production
     host: str = "127.0.0.1"
-    port: int = 8080
+    port: int = 8090  # beside the appliance (REST 8080, gRPC 50051, dashboard 3000) as shipped
     state_dir: Path = Path("var/concierge")
     database_url: str = ""  # empty: SQLite file under state_dir
     pubsub_url: str = ""  # empty: in-process; redis://host:port/db for several instances

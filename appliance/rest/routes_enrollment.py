@@ -23,7 +23,7 @@ from appliance.artifacts import (
     TooLarge,
 )
 from appliance.artifacts.store import content_type
-from appliance.enrollment import EnrollmentService, PayloadMissing, TokenRefused
+from appliance.enrollment import EnrollmentService, PayloadMissing, TokenRefused, request_host
 from appliance.enrollment.service import iso
 from appliance.errors import ApiError, NotFound, Unprocessable
 from appliance.rest.api import Api, bearer_token, parse_model, read_json, tokens_equal
@@ -50,6 +50,8 @@ class TokenReply(BaseModel):
     command: str
     command_unix: str
     expires_at: str
+    base_url: str
+    warning: str | None = None  # the commands use a loopback address: other machines cannot use them
 
 
 class RevokeReply(BaseModel):
@@ -96,6 +98,11 @@ def _source() -> str:
     return str(bottle.request.environ.get("REMOTE_ADDR", "?"))
 
 
+def _host() -> str:
+    """The Host header the client used (host[:port]), when plain; the enrollment commands' address by default."""
+    return request_host(bottle.request.environ.get("HTTP_HOST"))
+
+
 def _iso(ts: float | None) -> str | None:
     return iso(ts) if ts is not None else None
 
@@ -132,9 +139,9 @@ def install(
             raise ApiError(411, "Send the body with a Content-Length (chunked bodies are not accepted)")
         if bottle.request.content_length > 0:
             request = parse_model(TokenRequest, read_json(api.max_body_bytes))
-        new = enrollment.create_token(request.ttl_hours * 3600 if request.ttl_hours else None)
+        new = enrollment.create_token(request.ttl_hours * 3600 if request.ttl_hours else None, _host())
         return {"token": new.token, "command": new.command, "command_unix": new.command_unix,
-                "expires_at": iso(new.expires_at)}
+                "expires_at": iso(new.expires_at), "base_url": new.base_url, "warning": new.warning or None}
 
     def enroll(os_kind: str) -> bottle.HTTPResponse:
         if not scripts_over_tls:
@@ -142,7 +149,7 @@ def install(
         raw = bottle.request.query.getunicode("token")
         source = _source()
         try:
-            script = enrollment.enroll(raw, os_kind, source)
+            script = enrollment.enroll(raw, os_kind, source, _host())
         except TokenRefused as err:
             prefix = re.sub(r"[^0-9a-fA-F-]", "?", (raw or "")[:6])  # nothing an attacker sends reaches the log raw
             log.warning("enrollment refused os=%s token=%s reason=%s source=%s", os_kind, prefix or "-", err.reason,
