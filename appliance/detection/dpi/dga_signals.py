@@ -34,7 +34,7 @@ _FAILED_RCODES = frozenset({2, 3})  # SERVFAIL (sinkholed or lame), NXDOMAIN
 _LOCAL_SUFFIXES = ("arpa", "local", "lan", "internal", "localdomain", "home")
 _MAX_AGENTS = 100_000
 _MAX_DOMAINS = 200_000
-_MAX_PER_AGENT = 4096
+_MAX_PER_AGENT = 256  # far above any threshold; bounds the work of one judgement
 
 
 @dataclass(slots=True)

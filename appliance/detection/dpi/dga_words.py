@@ -11,7 +11,8 @@ the label looks like:
   "stackoverflow" is a common pair; "heavenfurther" is not);
 - ``pronounceable``: six letters or more, at least 75% of adjacent letters switch between consonant
   and vowel, and the label is not made of known words;
-- ``random``: the trigram scorer of `dga.py` puts it at or above its threshold.
+- ``random``: neither of the above, and the trigram scorer of `dga.py` puts it at or above its
+  threshold.
 
 The model ships as `appliance/detection/data/word_model.json.gz`, built offline by
 `python -m appliance.detection.dpi.dga_words build` from the unigram and bigram counts shipped in
@@ -123,13 +124,13 @@ class WordModel:
         switches = sum((a in _VOWELS) != (b in _VOWELS) for a, b in zip(letters_only, letters_only[1:]))
         alternation = round(switches / (len(letters_only) - 1), 3) if len(letters_only) > 1 else 0.0
         randomness = self._scorer.score(label)
-        kind = ""
-        if randomness >= self._random_threshold:
-            kind = "random"
-        elif coverage >= 0.999 and len(words) >= 2 and min(map(len, words)) >= 3 and unusual >= 0.5:
+        kind = ""  # the most specific shape first: words, then alternation, then plain randomness
+        if coverage >= 0.999 and len(words) >= 2 and min(map(len, words)) >= 3 and unusual >= 0.5:
             kind = "dictionary"
         elif len(letters_only) >= 6 and alternation >= 0.75 and coverage < 0.75:
             kind = "pronounceable"
+        elif randomness >= self._random_threshold:
+            kind = "random"
         result = LabelShape(label, kind, tuple(words), coverage, unusual, alternation, randomness)
         if len(self._cache) > 50_000:
             self._cache.clear()
