@@ -9,7 +9,8 @@ independent signals even for a family that tries only 8-12 names before it reach
   SERVFAIL) in the window, where unknown means fewer than `dga.common_domain_agents` agents looked
   it up in the last `dga.prevalence_window_s` (a dead name the whole office asks for is a
   misconfiguration, not malware). It needs `dga.burst_min_domains` of them, and more than
-  `dga.burst_baseline_factor` times what this agent usually has per window (its own baseline).
+  `dga.burst_baseline_factor` times what this agent usually has per window (its own baseline);
+  a failed-answer share three times the population's adds confidence.
 - ``dpi.dns.dga_lexical`` (names): among those unresolved unknown domains, the ones whose label
   has a DGA shape (`dga_words.WordModel.shape`: random, dictionary or pronounceable); it needs
   `dga.lexical_min_domains` of them and `dga.lexical_min_share` of the unresolved ones.
@@ -45,6 +46,9 @@ class _AgentFailures:
     window_start: int = 0
     baseline: float = 0.0  # running mean of unresolved unknown domains per closed window
     windows: int = 0
+    answers: int = 0  # answers and failed answers in the current window
+    failures: int = 0
+    last_share: float = 0.0  # failed share of the last closed window with enough answers
     ttls: list[int] = field(default_factory=list)  # TTLs of what did resolve lately (bounded)
 
 
@@ -56,12 +60,18 @@ class DgaSignals:
         self._words = words
         self._agents: dict[str, _AgentFailures] = {}
         self._askers: dict[str, tuple[int, set[str]]] = {}  # registered -> (last ts, agents asking; capped)
+        self._population_share = 0.0  # running mean of the agents' failed-answer share per closed window
+        self._population_windows = 0
         self._throttle = Throttle()
 
     def analyze(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
         c = config.dga
         agent_id = flow.agent_id
         state = self._agents.get(agent_id)
+        if state is None:
+            if len(self._agents) >= _MAX_AGENTS:
+                self._agents.clear()
+            state = self._agents[agent_id] = _AgentFailures(window_start=flow.first_ns)
         failed_any = False
         now_ns = flow.first_ns
         for message in flow.dns:
@@ -73,11 +83,9 @@ class DgaSignals:
             if not message.is_response:
                 self._count_asker(name, agent_id, ts, c.common_domain_agents, c.prevalence_window_s)
                 continue
+            state.answers += 1
             if message.rcode in _FAILED_RCODES:
-                if state is None:
-                    if len(self._agents) >= _MAX_AGENTS:
-                        self._agents.clear()
-                    state = self._agents[agent_id] = _AgentFailures(window_start=ts)
+                state.failures += 1
                 registered, label = self._domains.split(name)
                 failed = state.failed
                 failed.pop(registered, None)  # re-insert: insertion order stays time order
@@ -85,11 +93,26 @@ class DgaSignals:
                 if len(failed) > _MAX_PER_AGENT:
                     del failed[next(iter(failed))]
                 failed_any = True
-            elif state is not None and message.answers and len(state.ttls) < 64:
+            elif message.answers:
                 state.ttls.append(min(a.ttl for a in message.answers))
-        if not failed_any or state is None:
+                if len(state.ttls) > 64:
+                    del state.ttls[0]
+        if now_ns - state.window_start >= int(c.burst_window_s * _NS):
+            self._close_window(state, now_ns, c.common_domain_agents)
+        if not failed_any:
             return []
         return self._judge(flow, state, now_ns, config)
+
+    def _close_window(self, state: _AgentFailures, now_ns: int, cap: int) -> None:
+        """One value per closed window for the agent's baseline, and its failed share for the population."""
+        unknown = sum(1 for d, (ts, _) in state.failed.items() if ts >= state.window_start and not self._is_common(d, cap))
+        state.windows += 1
+        state.baseline += (unknown - state.baseline) / min(state.windows, 20)
+        if state.answers >= 10:
+            state.last_share = state.failures / state.answers
+            self._population_windows += 1
+            self._population_share += (state.last_share - self._population_share) / min(self._population_windows, 1000)
+        state.window_start, state.answers, state.failures = now_ns, 0, 0
 
     def _count_asker(self, name: str, agent_id: str, ts: int, cap: int, window_s: float) -> None:
         registered = self._domains.split(name)[0]
@@ -119,15 +142,11 @@ class DgaSignals:
                 break
             del failed[first]
         unknown = [(d, label) for d, (_, label) in failed.items() if not self._is_common(d, c.common_domain_agents)]
-        # The baseline learns one value per closed window: how many unknown names failed then.
-        if now_ns - state.window_start >= window_ns:
-            state.windows += 1
-            state.baseline += (len(unknown) - state.baseline) / min(state.windows, 20)
-            state.window_start = now_ns
         count = len(unknown)
         if count < min(c.burst_min_domains, c.lexical_min_domains):
             return []
         threshold = max(float(c.burst_min_domains), c.burst_baseline_factor * state.baseline)
+        share = state.failures / state.answers if state.answers else 0.0
         resolver = ip_str(flow.remote_ip)
         interval = config.detectors.report_interval_s
         common = dict(agent_id=flow.agent_id, indicator=resolver, protocol="dns", transport="udp",
@@ -137,11 +156,16 @@ class DgaSignals:
         if count >= threshold and self._throttle.allow(("nx_burst", flow.agent_id, resolver), now_ns, interval):
             evidence = {"unresolved_unknown_domains": count, "unresolved_domains": len(failed),
                         "baseline_per_window": round(state.baseline, 2), "baseline_windows": state.windows,
+                        "failed_share": round(share, 2), "previous_window_failed_share": round(state.last_share, 2),
+                        "population_failed_share": round(self._population_share, 3),
+                        "population_windows": self._population_windows,
                         "window_s": c.burst_window_s, "resolver": resolver,
                         "resolved_ttl_median": sorted(state.ttls)[len(state.ttls) // 2] if state.ttls else None,
                         "sample_domains": [d for d, _ in unknown[-8:]],
                         "reason": f"{count} never-seen registered domains failed to resolve within {c.burst_window_s:.0f} s"}
-            confidence = 0.45 + 0.35 * ramp(count, c.burst_min_domains, 4 * c.burst_min_domains)
+            # Failing far more often than the other hosts do is a little more evidence.
+            above_population = self._population_windows >= 10 and share >= 3 * max(self._population_share, 0.02)
+            confidence = 0.45 + 0.3 * ramp(count, c.burst_min_domains, 4 * c.burst_min_domains) + (0.1 if above_population else 0.0)
             out.append(make_detection("dpi.dns.nx_burst", Category.DGA, confidence, Severity.MEDIUM,
                                       evidence=evidence, **common))  # type: ignore[arg-type]
         if count >= c.lexical_min_domains:

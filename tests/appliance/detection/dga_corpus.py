@@ -375,23 +375,15 @@ def infected_host(family: Family, index: int, start_ms: int = T0_MS, background:
 # -- the real pipeline, fed as the ingest path feeds it -------------------------------------------
 def run_pipeline(streams: list[Stream], tmp: Path, slice_ms: int = 30_000) -> dict[str, list[dict[str, object]]]:
     """Every stream through the packet converter, the flow tracker and the whole analysis pipeline
-    of an appliance built by `app.build` (hosts interleaved by event time as they stream side by
+    of an appliance built by `app.build` with the shipped rules (hosts interleaved by event time as they stream side by
     side); returns the alerts opened, by agent."""
     import logging
 
     from appliance.app import build
-    from appliance.config import parse_settings
-    from appliance.flows.tracker import FlowTracker
-    from appliance.ingest.convert import PacketConverter
+    from bench.pipeline_bench import finished_flows, settings
 
     logging.disable(logging.WARNING)
-    settings = parse_settings({
-        "grpc": {"listen": "127.0.0.1:0", "tls": False}, "rest": {"listen": "127.0.0.1:0", "tls": False},
-        "paths": {"state_dir": str(tmp / "state"), "signatures_dir": str(tmp / "signatures"),
-                  "certs_dir": str(tmp / "certs"), "static_dir": str(tmp / "static")},
-    }, "dga-eval")
-    (tmp / "signatures").mkdir(parents=True, exist_ok=True)
-    app = build(settings)
+    app = build(settings(tmp))  # the shipped signature rules loaded, as in the pipeline benchmark
     assert app.detection is not None
     opened: dict[str, list[dict[str, object]]] = {}
     app.detection.channel.subscribe(
@@ -399,25 +391,8 @@ def run_pipeline(streams: list[Stream], tmp: Path, slice_ms: int = 30_000) -> di
             {"category": alert.category, "summary": alert.summary, "detectors": sorted({d["detector"] for d in alert.detections})})
         if event == "opened" else None)
     process = app.pipeline.process
-    tracker = FlowTracker(lambda flows: [process(f) for f in flows])
-    converter = PacketConverter()
-    packets = [(s.machine_id, s.sorted()) for s in streams]
-    for agent, _ in packets:
-        tracker.stream_opened(agent)
-    cursors = [0] * len(packets)
-    t = min(p[0].timestamp for _, p in packets if p)
-    end = max(p[-1].timestamp for _, p in packets if p)
-    while t <= end:
-        t += slice_ms
-        for i, (agent, items) in enumerate(packets):
-            j = cursors[i]
-            while j < len(items) and items[j].timestamp < t:
-                j += 1
-            if j > cursors[i]:
-                tracker.add_packets(agent, converter.read(items[cursors[i] : j]))
-            cursors[i] = j
-    for agent, _ in packets:
-        tracker.stream_closed(agent)
+    for flow in finished_flows([(s.machine_id, s.sorted()) for s in streams], slice_ms):
+        process(flow)
     app.detection.db.close()
     logging.disable(logging.NOTSET)
     return opened
