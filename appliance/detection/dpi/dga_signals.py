@@ -20,7 +20,7 @@ Evidence names the domains, their kinds, their segmentation, and the resolved an
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from appliance.detection.analysis_config import AnalysisConfig
@@ -49,7 +49,7 @@ class _AgentFailures:
     answers: int = 0  # answers and failed answers in the current window
     failures: int = 0
     last_share: float = 0.0  # failed share of the last closed window with enough answers
-    ttls: list[int] = field(default_factory=list)  # TTLs of what did resolve lately (bounded)
+    ttls: deque[int] = field(default_factory=lambda: deque(maxlen=64))  # TTLs of what did resolve lately
 
 
 class DgaSignals:
@@ -59,7 +59,7 @@ class DgaSignals:
         self._domains = domains
         self._words = words
         self._agents: dict[str, _AgentFailures] = {}
-        self._askers: dict[str, tuple[int, set[str]]] = {}  # registered -> (last ts, agents asking; capped)
+        self._askers: dict[str, list] = {}  # registered -> [last ts, agents asking (capped)]
         self._population_share = 0.0  # running mean of the agents' failed-answer share per closed window
         self._population_windows = 0
         self._throttle = Throttle()
@@ -74,29 +74,37 @@ class DgaSignals:
             state = self._agents[agent_id] = _AgentFailures(window_start=flow.first_ns)
         failed_any = False
         now_ns = flow.first_ns
+        last_registered = ""
+        split = self._domains.split
         for message in flow.dns:
             name = message.qname
-            if not name or "." not in name or name.endswith(_LOCAL_SUFFIXES):
+            if not name:
                 continue
             ts = message.timestamp_ns or flow.last_ns
-            now_ns = max(now_ns, ts)
-            if not message.is_response:
-                self._count_asker(name, agent_id, ts, c.common_domain_agents, c.prevalence_window_s)
+            if ts > now_ns:
+                now_ns = ts
+            if message.is_response:
+                state.answers += 1
+                if message.rcode in _FAILED_RCODES:
+                    state.failures += 1
+                    if "." not in name or name.endswith(_LOCAL_SUFFIXES):
+                        continue
+                    registered, label = split(name)
+                    failed = state.failed
+                    failed.pop(registered, None)  # re-insert: insertion order stays time order
+                    failed[registered] = (ts, label)
+                    if len(failed) > _MAX_PER_AGENT:
+                        del failed[next(iter(failed))]
+                    failed_any = True
+                elif message.answers:
+                    state.ttls.append(message.answers[0].ttl)
                 continue
-            state.answers += 1
-            if message.rcode in _FAILED_RCODES:
-                state.failures += 1
-                registered, label = self._domains.split(name)
-                failed = state.failed
-                failed.pop(registered, None)  # re-insert: insertion order stays time order
-                failed[registered] = (ts, label)
-                if len(failed) > _MAX_PER_AGENT:
-                    del failed[next(iter(failed))]
-                failed_any = True
-            elif message.answers:
-                state.ttls.append(min(a.ttl for a in message.answers))
-                if len(state.ttls) > 64:
-                    del state.ttls[0]
+            if "." not in name or name.endswith(_LOCAL_SUFFIXES):
+                continue
+            registered = split(name)[0]
+            if registered != last_registered:  # a flow's many names under one domain count once
+                last_registered = registered
+                self._count_asker(registered, agent_id, ts, c.common_domain_agents, c.prevalence_window_s)
         if now_ns - state.window_start >= int(c.burst_window_s * _NS):
             self._close_window(state, now_ns, c.common_domain_agents)
         if not failed_any:
@@ -114,18 +122,18 @@ class DgaSignals:
             self._population_share += (state.last_share - self._population_share) / min(self._population_windows, 1000)
         state.window_start, state.answers, state.failures = now_ns, 0, 0
 
-    def _count_asker(self, name: str, agent_id: str, ts: int, cap: int, window_s: float) -> None:
-        registered = self._domains.split(name)[0]
+    def _count_asker(self, registered: str, agent_id: str, ts: int, cap: int, window_s: float) -> None:
         entry = self._askers.get(registered)
         if entry is None or ts - entry[0] > window_s * _NS:
             if len(self._askers) >= _MAX_DOMAINS:
                 self._askers.clear()
-            self._askers[registered] = (ts, {agent_id})
+            self._askers[registered] = [ts, {agent_id}]
             return
+        if ts > entry[0]:
+            entry[0] = ts
         agents = entry[1]
         if len(agents) < cap:
             agents.add(agent_id)
-        self._askers[registered] = (max(ts, entry[0]), agents)
 
     def _is_common(self, registered: str, cap: int) -> bool:
         entry = self._askers.get(registered)

@@ -108,3 +108,17 @@ def test_label_shapes(words):
         assert words.shape(benign).kind == "", words.shape(benign)
     long = words.shape("a" * 300)  # longer than a DNS label can be: cut, not slow
     assert len(long.label) == 63
+
+
+def test_burst_keys_are_validated_and_take_effect_over_rest(detecting):
+    rest = detecting.rest
+    status, config = rest.get("/api/v1/config")
+    assert status == 200 and config["dga"]["burst_min_domains"] == 6 and config["dga"]["lexical_min_share"] == 0.6
+    for key, bad in (("burst_min_domains", 0), ("lexical_min_share", 1.5), ("burst_window_s", -1),
+                     ("common_domain_agents", 1), ("burst_baseline_factor", "many")):
+        status, body = rest.post("/api/v1/config", {**config, "dga": {**config["dga"], key: bad}})
+        assert status == 422 and body["field"] == f"dga.{key}", body
+    strict = {**config, "dga": {**config["dga"], "burst_min_domains": 50, "lexical_min_domains": 50}}
+    assert rest.post("/api/v1/config", strict)[0] == 200
+    sc.stream(detecting.stub(), dc.infected_host(FAMILIES["tinba"], 0))
+    assert alerts_of(detecting) == []  # 8-12 names: out of reach of the raised bars and of the older detectors
