@@ -48,30 +48,32 @@ def main(argv: list[str] | None = None) -> int:
 
     lines = [f"DGA evaluation through the real pipeline ({len(streams)} hosts, {elapsed:.0f} s)",
              f"{'family':<14}{'kind':<15}{'hosts':>6}{'alerted':>9}{'share':>8}"]
-    families = []
+    families: list[dict[str, object]] = []
+    shares: dict[str, float] = {}
     for family in dc.FAMILIES:
         hosts = [f"infected-{family.name}-{i:03d}" for i in range(args.hosts_per_family)]
         hit = sum(1 for h in hosts if h in opened)
         share = hit / len(hosts)
+        shares[family.name] = share
         families.append({"family": family.name, "kind": family.kind, "hosts": len(hosts), "alerted": hit, "share": share})
         lines.append(f"{family.name:<14}{family.kind:<15}{len(hosts):>6}{hit:>9}{share:>8.0%}")
     lookups = sum(n for _, n in benign)
     nx_shares = [_failed_share(s) for s, _ in benign]
     alerted = sorted(s.machine_id for s, _ in benign if s.machine_id in opened)
     fp_rate = len(alerted) / len(benign)
-    detected = sum(1 for f in families if f["share"] >= FAMILY_FLOOR) / len(families)
-    worst = min(families, key=lambda f: f["share"])
-    kinds = {k: statistics.mean(f["share"] for f in families if f["kind"] == k) for k in ("dictionary", "pronounceable", "short-burst")}
+    detected = sum(1 for share in shares.values() if share >= FAMILY_FLOOR) / len(shares)
+    worst = min(shares, key=shares.__getitem__)
+    kinds = {k: statistics.mean(shares[f.name] for f in dc.FAMILIES if f.kind == k) for k in ("dictionary", "pronounceable", "short-burst")}
     lines += [
         "mean share by kind: " + ", ".join(f"{k} {v:.0%}" for k, v in kinds.items()),
         f"families detected at >= {FAMILY_FLOOR:.0%} of hosts: {detected:.1%} (target >= {FAMILY_TARGET:.0%}); "
-        f"lowest {worst['family']} {worst['share']:.0%} (floor {FAMILY_FLOOR:.0%})",
+        f"lowest {worst} {shares[worst]:.0%} (floor {FAMILY_FLOOR:.0%})",
         f"benign: {len(benign)} hosts, {lookups} lookups of {len({d for s, _ in benign for d in _names(s)})} distinct names, "
         f"failed-lookup share median {statistics.median(nx_shares):.1%}, p95 {sorted(nx_shares)[int(0.95 * len(nx_shares))]:.1%}",
         f"benign hosts alerted: {len(alerted)} of {len(benign)} = {fp_rate:.2%} (target <= {BENIGN_CEILING:.1%})"
         + (f": {', '.join(alerted[:5])}" if alerted else ""),
     ]
-    ok = detected >= FAMILY_TARGET and worst["share"] >= FAMILY_FLOOR and fp_rate <= BENIGN_CEILING and lookups >= 50_000
+    ok = detected >= FAMILY_TARGET and shares[worst] >= FAMILY_FLOOR and fp_rate <= BENIGN_CEILING and lookups >= 50_000
     lines.append("targets: " + ("met" if ok else "NOT met"))
     text = "\n".join(lines)
     print(text)

@@ -38,10 +38,10 @@ class DpiLayer:
         if transport is Transport.UDP:
             if not flow.dns:
                 return []
-            out = self.dns.analyze(flow, config)
+            found = self.dns.analyze(flow, config)
             if flow.remote_port == 53:
-                out.extend(self.dga.analyze(flow, config))
-            return out
+                found.extend(self.dga.analyze(flow, config))
+            return found
         if transport is Transport.TCP:
             out: list[Detection] = []
             if flow.dns:
