@@ -74,7 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         + (f": {', '.join(alerted[:5])}" if alerted else ""),
     ]
     ok = detected >= FAMILY_TARGET and shares[worst] >= FAMILY_FLOOR and fp_rate <= BENIGN_CEILING and lookups >= 50_000
-    lines.append("targets: " + ("met" if ok else "NOT met"))
+    missed = [what for what, held in (
+        (f"families detected {detected:.0%} < {FAMILY_TARGET:.0%}", detected >= FAMILY_TARGET),
+        (f"{worst} at {shares[worst]:.0%} < {FAMILY_FLOOR:.0%}", shares[worst] >= FAMILY_FLOOR),
+        (f"benign alert rate {fp_rate:.2%} > {BENIGN_CEILING:.1%}", fp_rate <= BENIGN_CEILING),
+        (f"only {lookups} benign lookups (< 50,000)", lookups >= 50_000)) if not held]
+    lines.append("targets: " + ("met" if ok else "NOT met: " + "; ".join(missed)))
     text = "\n".join(lines)
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -27,3 +27,15 @@ def test_families_are_detected_and_benign_hosts_are_not_on_a_fixed_sample(tmp_pa
             assert [a["category"] for a in alerts] == ["DomainGeneration"], alerts
     assert sum(n for _, n in benign) >= 30_000
     assert [s.machine_id for s, _ in benign if s.machine_id in opened] == []
+
+
+def test_the_evaluation_cli_fails_when_it_could_not_show_the_targets(tmp_path: Path, capsys):
+    from tools import dga_eval
+
+    code = dga_eval.main(["--hosts-per-family", "1", "--benign-hosts", "10", "--benign-lookups", "500",
+                          "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1 and "NOT met" in out and "benign lookups (< 50,000)" in out
+    assert len([line for line in out.splitlines() if "short-burst" in line or "dictionary" in line
+                or "pronounceable" in line]) >= 26
+    assert (tmp_path / "dga.json").exists() and (tmp_path / "dga.txt").read_text().startswith("DGA evaluation")
