@@ -5,12 +5,12 @@ names also look made (random letters, word salad, or pronounceable nonsense). Tw
 these separately, per agent, over `dga.burst_window_s` of event time, so that correlation sees two
 independent signals even for a family that tries only 8-12 names before it reaches its server:
 
-- ``dpi.dns.nx_burst`` (network): distinct *unknown* registered domains answered NXDOMAIN (or
-  SERVFAIL) in the window, where unknown means fewer than `dga.common_domain_agents` agents looked
+- ``dpi.dns.nx_burst`` (network): distinct *unknown* registered domains answered NXDOMAIN in the
+  window, where unknown means fewer than `dga.common_domain_agents` agents looked
   it up in the last `dga.prevalence_window_s` (a dead name the whole office asks for is a
   misconfiguration, not malware). It needs `dga.burst_min_domains` of them, and more than
   `dga.burst_baseline_factor` times what this agent usually has per window (its own baseline);
-  a failed-answer share three times the population's adds confidence.
+  an NXDOMAIN share three times the population's adds confidence.
 - ``dpi.dns.dga_lexical`` (names): among those unresolved unknown domains, the ones whose label
   has a DGA shape (`dga_words.WordModel.shape`: random, dictionary or pronounceable); it needs
   `dga.lexical_min_domains` of them and `dga.lexical_min_share` of the unresolved ones.
@@ -31,7 +31,8 @@ from appliance.detection.dpi.dga_words import LabelShape, WordModel
 from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
 
 _NS = 1_000_000_000
-_FAILED_RCODES = frozenset({2, 3})  # SERVFAIL (sinkholed or lame), NXDOMAIN
+# NXDOMAIN only: a resolver outage answers SERVFAIL for every name of every host, which is no DGA.
+_FAILED_RCODES = frozenset({3})
 _LOCAL_SUFFIXES = ("arpa", "local", "lan", "internal", "localdomain", "home")
 _MAX_AGENTS = 100_000
 _MAX_DOMAINS = 200_000
@@ -46,9 +47,9 @@ class _AgentFailures:
     window_start: int = 0
     baseline: float = 0.0  # running mean of unresolved unknown domains per closed window
     windows: int = 0
-    answers: int = 0  # answers and failed answers in the current window
+    answers: int = 0  # answers and NXDOMAIN answers in the current window
     failures: int = 0
-    last_share: float = 0.0  # failed share of the last closed window with enough answers
+    last_share: float = 0.0  # NXDOMAIN share of the last closed window with enough answers
     ttls: deque[int] = field(default_factory=lambda: deque(maxlen=64))  # TTLs of what did resolve lately
 
 
@@ -60,7 +61,7 @@ class DgaSignals:
         self._words = words
         self._agents: dict[str, _AgentFailures] = {}
         self._askers: dict[str, list] = {}  # registered -> [last ts, agents asking (capped)]
-        self._population_share = 0.0  # running mean of the agents' failed-answer share per closed window
+        self._population_share = 0.0  # running mean of the agents' NXDOMAIN share per closed window
         self._population_windows = 0
         self._throttle = Throttle()
 
@@ -112,7 +113,7 @@ class DgaSignals:
         return self._judge(flow, state, now_ns, config)
 
     def _close_window(self, state: _AgentFailures, now_ns: int, cap: int) -> None:
-        """One value per closed window for the agent's baseline, and its failed share for the population."""
+        """One value per closed window for the agent's baseline, and its NXDOMAIN share for the population."""
         unknown = sum(1 for d, (ts, _) in state.failed.items() if ts >= state.window_start and not self._is_common(d, cap))
         state.windows += 1
         state.baseline += (unknown - state.baseline) / min(state.windows, 20)
@@ -164,8 +165,8 @@ class DgaSignals:
         if count >= threshold and self._throttle.allow(("nx_burst", flow.agent_id, resolver), now_ns, interval):
             evidence = {"unresolved_unknown_domains": count, "unresolved_domains": len(failed),
                         "baseline_per_window": round(state.baseline, 2), "baseline_windows": state.windows,
-                        "failed_share": round(share, 2), "previous_window_failed_share": round(state.last_share, 2),
-                        "population_failed_share": round(self._population_share, 3),
+                        "nxdomain_share": round(share, 2), "previous_window_nxdomain_share": round(state.last_share, 2),
+                        "population_nxdomain_share": round(self._population_share, 3),
                         "population_windows": self._population_windows,
                         "window_s": c.burst_window_s, "resolver": resolver,
                         "resolved_ttl_median": sorted(state.ttls)[len(state.ttls) // 2] if state.ttls else None,

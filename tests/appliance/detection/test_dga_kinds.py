@@ -122,3 +122,14 @@ def test_burst_keys_are_validated_and_take_effect_over_rest(detecting):
     assert rest.post("/api/v1/config", strict)[0] == 200
     sc.stream(detecting.stub(), dc.infected_host(FAMILIES["tinba"], 0))
     assert alerts_of(detecting) == []  # 8-12 names: out of reach of the raised bars and of the older detectors
+
+
+def test_a_resolver_outage_is_not_a_dga(detecting):
+    """SERVFAIL for every name during an outage: many distinct unknown names fail, none NXDOMAIN."""
+    picker = dc.BenignPicker(dc.preload_domains())
+    rng = random.Random(21)
+    s = sc.Stream("outage", sc.agent_ip(195))
+    for i in range(60):
+        s.dns(sc.T0_MS + i * 1000, "www." + rng.choice(picker.domains), rcode=2)
+    sc.stream(detecting.stub(), s)
+    assert alerts_of(detecting) == []
