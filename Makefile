@@ -16,6 +16,8 @@ NATIVE := appliance/native/.built
 RUN_APT_PACKAGES := pkg-config libsystemd-dev gcc binutils
 # Testing: network namespaces, the lab's resolver and real tunneling tools, script linting, unit verification.
 TEST_APT_PACKAGES := iproute2 curl shellcheck systemd dnsmasq-base iodine ptunnel-ng openssl
+# DGA evaluation and word model: the SCOWL English word list (dictionary DGA word lists, `dga_words build`).
+TEST_APT_PACKAGES += wamerican
 CONFIG ?=
 PYTEST_ARGS ?=
 # `make test FAST=1` skips the slow end-to-end tests (CI runs them all).
@@ -111,3 +113,13 @@ clean:
 	rm -rf $(VENV) appliance/generated agents/generated var .pytest_cache $(NATIVE) appliance/native/*.so
 
 -include concierge/concierge.mk
+
+# -- DGA detection (issue 16) -------------------------------------------------------------------
+.PHONY: eval-dga dga-models
+# Per-family detection share and benign false-positive rate through the real analysis pipeline.
+eval-dga: $(GEN) | sysdeps-test
+	$(PY) -m tools.dga_eval
+# Rebuilds the shipped name models from the word lists that packages ship (offline).
+dga-models: $(STAMP) | sysdeps-test
+	$(PY) -m appliance.detection.dpi.dga build /usr/share/dict/american-english
+	$(PY) -m appliance.detection.dpi.dga_words build /usr/share/dict/american-english

@@ -34,6 +34,7 @@ from appliance.detection.database import DB_FILE as DETECTION_DB
 from appliance.detection.database import DetectionDatabase
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import NameScorer
+from appliance.detection.dpi.dga_words import WordModel
 from appliance.detection.dpi.layer import DpiLayer
 from appliance.detection.exclusions import ExclusionStore
 from appliance.detection.facts import FlowFacts
@@ -192,7 +193,8 @@ def build(settings: Settings) -> Appliance:
     domains = RegisteredDomains()
     facts = FlowFacts()
     resolver = ResolverCache()
-    dpi = DpiLayer(analysis_config, facts, resolver, domains, NameScorer.load())
+    scorer = NameScorer.load()
+    dpi = DpiLayer(analysis_config, facts, resolver, domains, scorer, WordModel.load(scorer))
     signatures = SignatureEngine(paths.signatures_dir, analysis_config, facts, domains)
     signatures.reload()
     behaviour = BehaviourLayer(analysis_config)
