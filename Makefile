@@ -15,7 +15,8 @@ NATIVE := appliance/native/.built
 # Running: systemd-python builds against libsystemd; the C fast path compiles at install (gcc); binutils for PyInstaller.
 RUN_APT_PACKAGES := pkg-config libsystemd-dev gcc binutils
 # Testing: network namespaces, the lab's resolver and real tunneling tools, script linting, unit verification.
-TEST_APT_PACKAGES := iproute2 curl shellcheck systemd dnsmasq-base iodine ptunnel-ng
+# The console's browser tests drive Debian's chromium (never a downloaded browser).
+TEST_APT_PACKAGES := iproute2 curl shellcheck systemd dnsmasq-base iodine ptunnel-ng chromium
 CONFIG ?=
 PYTEST_ARGS ?=
 # `make test FAST=1` skips the slow end-to-end tests (CI runs them all).
@@ -95,3 +96,4 @@ clean:
 	rm -rf $(VENV) appliance/generated agents/generated var .pytest_cache $(NATIVE) appliance/native/*.so
 
 -include concierge/concierge.mk
+-include console/console.mk
