@@ -2,6 +2,7 @@
 import { useEffect, useRef } from "preact/hooks";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
+import { fmtNumber } from "./ui.tsx";
 
 export interface Series { label: string; color: string; values: number[] }
 
@@ -13,7 +14,7 @@ export function Chart({ title, times, series, height = 180 }: { title: string; t
     const el = box.current!;
     const opts: uPlot.Options = {
       width: Math.max(300, el.clientWidth || 600), height,
-      axes: [{ stroke: "#aab" , grid: { stroke: "#2a2f3a" } }, { stroke: "#aab", grid: { stroke: "#2a2f3a" }, size: 60 }],
+      axes: [{ stroke: "#aab" , grid: { stroke: "#2a2f3a" } }, { stroke: "#aab", grid: { stroke: "#2a2f3a" }, size: 56, values: (_u, vals) => vals.map((v) => fmtNumber(v)) }],
       series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2 }))],
       legend: { show: true },
     };

@@ -146,11 +146,13 @@ export function Alerts({ ctx }: PageProps) {
 
   return (
     <Page title="Alerts" actions={<button type="button" onClick={() => setHelp(true)} aria-haspopup="dialog">Keyboard help (?)</button>}>
-      <div class="toolbar" role="tablist" aria-label="Views">
-        {VIEWS.map((v) => (
-          <button key={v.id} type="button" role="tab" aria-selected={view === v.id} class={view === v.id ? "active" : ""}
-                  onClick={() => setView(v.id)}>{v.label}</button>
-        ))}
+      <div class="toolbar">
+        <div role="tablist" aria-label="Views" class="toolbar">
+          {VIEWS.map((v) => (
+            <button key={v.id} type="button" role="tab" aria-selected={view === v.id} class={view === v.id ? "active" : ""}
+                    onClick={() => setView(v.id)}>{v.label}</button>
+          ))}
+        </div>
         <label class="inline">Time range{" "}
           <select value={range} onChange={(e) => setRange(e.currentTarget.value)}>
             {RANGES.map(([value, label]) => <option key={value} value={value}>{label}</option>)}
@@ -164,7 +166,7 @@ export function Alerts({ ctx }: PageProps) {
         <a class="button" href={ctx.api.exportUrl("csv", query)} download="alerts.csv">Export CSV</a>
         <a class="button" href={ctx.api.exportUrl("json", query)} download="alerts.json">Export JSON</a>
       </div>
-      <div class="chips" aria-label="Active filters">
+      <div class="chips" role="group" aria-label="Active filters">
         {Object.entries(filters).map(([k, v]) => (
           <span class="chip" key={k}>{k.startsWith("not_") ? `not ${k.slice(4)}` : k} = {v}
             <button type="button" aria-label={`Remove filter ${k} ${v}`} onClick={() => removeFilter(k)}>×</button></span>
