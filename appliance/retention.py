@@ -15,7 +15,7 @@ from appliance.flows.finished import FinishedFlows
 log = logging.getLogger(__name__)
 
 DAY_S = 86400
-CAP_BATCH = 500
+CAP_BATCH = 50  # alerts deleted per step while over the cap (each step re-measures)
 
 
 class RetentionService:
