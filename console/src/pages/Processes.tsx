@@ -2,19 +2,16 @@
 // does not disappear; a toggle hides them.
 import { useState } from "preact/hooks";
 import type { PageProps } from "../context.ts";
-import type { Agent, ProcessEvent } from "../api/client.ts";
+import type { Agent } from "../api/client.ts";
 import { ErrorNote, Page, fmtTime, route, usePoll } from "../components/ui.tsx";
 import { AgentSelect } from "./Flows.tsx";
-
-function isTerminated(e: ProcessEvent): boolean {
-  const kind = String(e.event_type ?? e.kind ?? e.type ?? e.state ?? "").toLowerCase();
-  return kind.includes("exit") || kind.includes("terminat") || kind.includes("stop") || kind.includes("end");
-}
+import { foldProcesses } from "./processList.ts";
+import type { ProcessEventIn, ProcessRow } from "./processList.ts";
 
 export function Processes({ ctx }: PageProps) {
   const [agents, setAgents] = useState<Agent[]>([]);
   const [agentId, setAgentId] = useState(route.value.query.get("agent_id") ?? "");
-  const [events, setEvents] = useState<ProcessEvent[]>([]);
+  const [rows, setRows] = useState<ProcessRow[]>([]);
   const [hideTerminated, setHideTerminated] = useState(false);
   const [error, setError] = useState<unknown>(null);
   usePoll(async () => {
@@ -23,12 +20,11 @@ export function Processes({ ctx }: PageProps) {
       setAgents(list);
       const chosen = agentId || list[0]?.id || "";
       if (chosen !== agentId) setAgentId(chosen);
-      setEvents(chosen ? (await ctx.api.agentEvents(chosen, "processes")).events : []);
+      setRows(chosen ? foldProcesses((await ctx.api.agentEvents(chosen, "processes", 1000)).events as ProcessEventIn[]) : []);
       setError(null);
     } catch (err) { setError(err); }
   }, 5000, [agentId]);
-  const shown = hideTerminated ? events.filter((e) => !isTerminated(e)) : events;
-  const columns = [...new Set(events.flatMap((e) => Object.keys(e)))].slice(0, 8);
+  const shown = hideTerminated ? rows.filter((r) => r.exitedMs === null) : rows;
   return (
     <Page title="Processes">
       <div class="toolbar">
@@ -36,12 +32,19 @@ export function Processes({ ctx }: PageProps) {
         <label class="inline"><input type="checkbox" checked={hideTerminated} onChange={(e) => setHideTerminated(e.currentTarget.checked)} /> Hide terminated processes</label>
       </div>
       <ErrorNote error={error} />
-      <table aria-label="Process events">
-        <thead><tr>{columns.map((c) => <th scope="col" key={c}>{c}</th>)}</tr></thead>
+      <table aria-label="Processes">
+        <thead><tr><th scope="col">PID</th><th scope="col">Parent</th><th scope="col">Name</th><th scope="col">User</th>
+          <th scope="col">Command line</th><th scope="col">Started</th><th scope="col">Terminated</th></tr></thead>
         <tbody>
-          {shown.map((e, i) => <tr key={i} class={isTerminated(e) ? "muted" : ""}>{columns.map((c) => (
-            <td key={c} class="wrap">{/time|_at$/.test(c) && typeof e[c] === "string" ? fmtTime(e[c] as string) : String(e[c] ?? "")}</td>))}</tr>)}
-          {!shown.length && <tr><td colSpan={Math.max(1, columns.length)} class="muted">No process events{agentId ? " from this agent" : ""}.</td></tr>}
+          {shown.map((r) => (
+            <tr key={`${r.pid}-${r.startedMs ?? r.exitedMs}`} class={r.exitedMs !== null ? "terminated" : ""}>
+              <td>{r.pid}</td><td>{r.ppid || "—"}</td><td>{r.name}</td><td>{r.user}</td>
+              <td class="wrap"><code>{r.commandLine || r.path}</code></td>
+              <td>{r.startedMs !== null ? fmtTime(r.startedMs) : "before the stream"}</td>
+              <td>{r.exitedMs !== null ? `${fmtTime(r.exitedMs)} (exit ${r.exitCode ?? "?"})` : "running"}</td>
+            </tr>
+          ))}
+          {!shown.length && <tr><td colSpan={7} class="muted">No process events{agentId ? " from this agent" : ""}.</td></tr>}
         </tbody>
       </table>
     </Page>
