@@ -83,8 +83,12 @@ agents: $(AGENTS_GEN)
 	install -m 0755 build/pyinstaller/dist/sensor-agent $(AGENT_BIN)
 	@echo "built $(AGENT_BIN)"
 
+# The appliance and the analyst console (appliance.dashboard, port 3000) together; Ctrl-C or either one ending stops both.
 run: $(GEN)
-	$(PY) -m appliance $(if $(CONFIG),--config $(CONFIG))
+	@trap 'kill -TERM $$pids 2>/dev/null; wait' INT TERM EXIT; \
+	$(PY) -m appliance $(if $(CONFIG),--config $(CONFIG)) & pids=$$!; \
+	$(PY) -m appliance.dashboard $(if $(CONFIG),--config $(CONFIG)) --wait 60 & pids="$$pids $$!"; \
+	wait -n
 
 test: $(GEN) $(AGENTS_GEN) | sysdeps-test
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)

@@ -12,7 +12,7 @@ import time
 from appliance import __version__
 from appliance.config import load_settings, split_listen
 from appliance.dashboard.accounts import FIRST_ADMIN, FIRST_ADMIN_FILE
-from appliance.dashboard.app import build
+from appliance.dashboard.app import CertificatesMissing, build
 from appliance.errors import ApplianceError
 
 
@@ -20,12 +20,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="appliance.dashboard", description="The analyst console (HTTPS, port 3000).")
     parser.add_argument("--config", help="path to config.yaml (all defaults apply when omitted)")
     parser.add_argument("--log-level", default=os.environ.get("SENSOR_LOG_LEVEL", "INFO"))
+    parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                        help="wait this long for the appliance's certificates (make run starts both at once)")
     parser.add_argument("--version", action="version", version=__version__)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = load_settings(args.config)
-        dashboard = build(settings)
+        deadline = time.monotonic() + args.wait
+        while True:
+            try:
+                dashboard = build(settings)
+                break
+            except CertificatesMissing:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
         dashboard.start()
     except ApplianceError as err:
         print(f"dashboard: cannot start:\n{err}", file=sys.stderr)

@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 USERS_DB = "console.sqlite3"
 
 
+class CertificatesMissing(ConfigError):
+    """The appliance has not created its certificates yet (it has never run with these paths)."""
+
+
 def default_api_url(settings: Settings) -> str:
     _, port = split_listen(settings.rest.listen)
     return f"{'https' if settings.rest.tls else 'http'}://127.0.0.1:{port}"
@@ -66,7 +70,7 @@ def build(settings: Settings) -> Dashboard:
     cert_file, key_file, ca_file = certs / SERVER_CERT, certs / SERVER_KEY, certs / CA_CERT
     for needed in (cert_file, key_file, ca_file):
         if not needed.is_file():
-            raise ConfigError(f"{needed}: missing; start the appliance once first (it creates its certificates)")
+            raise CertificatesMissing(f"{needed}: missing; start the appliance once first (it creates its certificates)")
     admin_token, _ = load_admin_token(paths.state_dir)
     users = UserStore(paths.state_dir / USERS_DB)
     first_password = users.ensure_first_admin(paths.state_dir)
