@@ -11,7 +11,11 @@ import re
 import pytest
 
 from tests.appliance.detection import scenarios as sc
-from tests.console.conftest import ANALYST_PASSWORD, Stack, axe_violations, sign_in
+from appliance.config import parse_settings
+from appliance.dashboard.app import build
+from tests.conftest import appliance_settings
+from tests.console.conftest import ANALYST_PASSWORD, ARTIFACTS, DIST, Stack, axe_violations, sign_in
+from tests.console.relay import Relay
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +76,7 @@ def test_alert_appears_is_triaged_with_notes_excluded_and_exported(page, stack: 
     assert page.get_by_label("Protocol scope").input_value() == "tls"
     page.get_by_role("button", name="Save exclusion").click()
     page.get_by_role("status").filter(has_text="Exclusion added").wait_for()
+    page.screenshot(path=str(ARTIFACTS / "alert-detail.png"), full_page=True)
     entries = stack.appliance.rest.get("/api/v1/whitelist")[1]["entries"]
     assert [(e["value"], e["protocol"]) for e in entries] == [(value, "tls")]
     assert axe_violations(page) == []
@@ -137,7 +142,8 @@ def test_rule_toggle_and_an_invalid_rule_refused_at_its_line(page, stack: Stack)
     toggle = page.get_by_label("Enable rule SIG-DNS-001")
     assert toggle.is_checked()
     toggle.click()
-    page.wait_for_function("() => !document.querySelector('input[aria-label=\"Enable rule SIG-DNS-001\"]').checked")
+    page.get_by_role("status").filter(has_text="Rule SIG-DNS-001 disabled.").wait_for()
+    assert not toggle.is_checked()
     rules = stack.appliance.rest.get("/api/v1/signatures")[1]["rules"]
     assert next(r for r in rules if r["id"] == "SIG-DNS-001")["enabled"] is False
 
@@ -178,8 +184,8 @@ def test_every_page_has_no_serious_accessibility_violation_and_fits_1366(page, s
         page.wait_for_timeout(600)
         found[path] = axe_violations(page)
         assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth"), f"{path} scrolls sideways"
-        page.screenshot(path=str(__import__("tests.console.conftest", fromlist=["ARTIFACTS"]).ARTIFACTS
-                                 / f"page{path.replace('/', '-') or '-overview'}.png"), full_page=True)
+        page.screenshot(path=str(ARTIFACTS / f"page{path.replace('/', '-') if path != '/' else '-overview'}.png"),
+                        full_page=True)
     assert {p: v for p, v in found.items() if v} == {}
     assert not [e for e in page.csp_errors if "Content Security Policy" in e]
 
@@ -208,3 +214,32 @@ def test_processes_keep_terminated_ones_visible_until_hidden(page, stack: Stack)
     page.get_by_label("Hide terminated processes").uncheck()
     table.get_by_text("sh /tmp/exfil.sh --to 203.0.113.9").wait_for()
     assert axe_violations(page) == []
+
+
+
+def test_polling_resumes_by_itself_when_the_appliance_api_comes_back(page, stack: Stack, tmp_path) -> None:
+    """The appliance's API goes away (as in a restart) and comes back at the same address: the overview says
+    what is wrong, and the live chart picks up again without a reload. A second dashboard reaches the
+    appliance through a relay the test cuts and restores."""
+    relay = Relay(stack.appliance.app.rest_port)
+    relay.start()
+    data = appliance_settings(stack.appliance.tmp).model_dump(mode="json")
+    data["dashboard"].update({"listen": "127.0.0.1:0", "api_url": f"https://localhost:{relay.port}",
+                              "dist_dir": str(DIST), "threads": 4})
+    dashboard = build(parse_settings(data, "test"))
+    dashboard.start()
+    try:
+        url = f"https://localhost:{dashboard.port}"
+        sign_in(page, Stack(stack.appliance, dashboard, url, stack.admin_password))
+        page.wait_for_function("() => Number(document.querySelector('[data-points]').dataset.points) >= 2")
+        relay.stop()
+        page.get_by_role("alert").filter(has_text="Live metrics").wait_for(timeout=20_000)
+        stalled = _points(page)
+        page.wait_for_timeout(1500)
+        assert _points(page) == stalled
+        relay.start()
+        page.get_by_role("alert").filter(has_text="Live metrics").wait_for(state="detached", timeout=20_000)
+        page.wait_for_function(f"() => Number(document.querySelector('[data-points]').dataset.points) > {stalled}")
+    finally:
+        dashboard.stop()
+        relay.stop()

@@ -59,7 +59,11 @@ export function Rules({ ctx }: PageProps) {
     }
   };
   const toggle = async (rule: Rule) => {
-    try { await ctx.api.toggleSignature(rule.id, !rule.enabled); reload(); } catch (err) { setError(err); }
+    try {
+      const reply = await ctx.api.toggleSignature(rule.id, !rule.enabled);
+      setMessage(`Rule ${rule.id} ${reply.rule.enabled ? "enabled" : "disabled"}.`);
+      reload();
+    } catch (err) { setError(err); reload(); }
   };
   const doReload = async () => {
     try { await ctx.api.reloadSignatures(); reload(); setMessage("Rules reloaded."); } catch (err) { setError(err); }
