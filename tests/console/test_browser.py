@@ -217,6 +217,42 @@ def test_processes_keep_terminated_ones_visible_until_hidden(page, stack: Stack)
 
 
 
+
+def test_forms_show_the_api_messages_at_their_fields_and_capture_its_error(page, stack: Stack) -> None:
+    sign_in(page, stack)
+    page.goto(stack.url + "/#/config")
+    page.get_by_label("Retention (days)").fill("0")
+    page.get_by_role("button", name="Save storage").click()
+    page.locator("#err-storage\\.retentionDays").wait_for()
+    assert page.get_by_label("Retention (days)").get_attribute("aria-invalid") == "true"
+    page.get_by_label("Retention (days)").fill("14")
+    page.get_by_role("button", name="Save storage").click()
+    page.get_by_role("status").filter(has_text="Saved storage.").wait_for()
+    assert stack.appliance.rest.get("/api/v1/settings")[1]["storage"]["retentionDays"] == 14
+    # No capture back end yet: the store says so with the API's words, and shows no counters.
+    page.get_by_test_id("capture-status").filter(has_text="error").wait_for()
+    assert "HTTP 404" in page.get_by_role("heading", name="Port capture").locator("xpath=..").inner_text()
+    assert axe_violations(page) == []
+
+    page.goto(stack.url + "/#/exclusions")
+    page.get_by_label("Value (IP, CIDR or domain; a domain covers its subdomains)").fill("not a domain!")
+    page.get_by_role("button", name="Add exclusion").click()
+    page.locator("#ex-value-err").wait_for()
+    assert page.locator("#ex-value-err").inner_text().startswith("value:")
+
+    page.goto(stack.url + "/#/users")
+    page.get_by_label("Username").fill("bert")
+    page.get_by_label("Password (12 characters or more)", exact=True).fill("short")
+    page.get_by_role("button", name="Create").click()
+    page.locator(".field-error").first.wait_for()
+    page.get_by_label("Password (12 characters or more)", exact=True).fill("bert-password-12")
+    page.get_by_role("button", name="Create").click()
+    page.get_by_role("status").filter(has_text="Created bert (analyst).").wait_for()
+    page.get_by_role("button", name="Disable bert").click()
+    page.get_by_role("button", name="Enable bert").wait_for()
+    assert stack.dashboard.users.get("bert").disabled
+
+
 def test_polling_resumes_by_itself_when_the_appliance_api_comes_back(page, stack: Stack, tmp_path) -> None:
     """The appliance's API goes away (as in a restart) and comes back at the same address: the overview says
     what is wrong, and the live chart picks up again without a reload. A second dashboard reaches the
