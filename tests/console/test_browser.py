@@ -97,6 +97,13 @@ def test_bulk_acknowledge_a_group_with_the_keyboard_and_everything_matching(page
     assert dns, "the dns tunnel scenarios raised no alert"
     group = page.locator("tr[data-row]", has_text=dns[0]["indicator"])
     group.wait_for()
+    group.get_by_role("button", name=re.compile("List the alerts of")).click()
+    listed = page.locator("tr.expanded")
+    listed.get_by_text(dns[0]["summary"]).wait_for()
+    new_in_group = [a for a in dns if a["indicator"] == dns[0]["indicator"] and a["agent_id"] == dns[0]["agent_id"]]
+    assert f"{len(new_in_group)} of {len(new_in_group)} alerts" in listed.inner_text()
+    group.get_by_role("button", name=re.compile("List the alerts of")).click()
+    listed.wait_for(state="detached")
     page.locator("body").click(position={"x": 5, "y": 700})
     row_index = int(group.get_attribute("data-row"))
     for _ in range(row_index):

@@ -3,10 +3,11 @@
 // to everything the query matches (server side); keyboard j/k/x/e/s/?; export; auto-refresh.
 import { useEffect, useMemo, useState } from "preact/hooks";
 import type { PageProps } from "../context.ts";
-import type { AlertGroup, AlertStatus, Query } from "../api/client.ts";
+import type { Alert, AlertGroup, AlertStatus, Query } from "../api/client.ts";
 import { CopyButton, ErrorNote, Page, SeverityBadge, fmtTime, navigate, route, usePoll } from "../components/ui.tsx";
 
 type View = "inbox" | "escalated" | "all";
+const PAGE_SIZE = 25;
 const VIEWS: { id: View; label: string; status?: AlertStatus }[] = [
   { id: "inbox", label: "Inbox", status: "New" },
   { id: "escalated", label: "Escalated", status: "Investigating" },
@@ -49,6 +50,7 @@ export function Alerts({ ctx }: PageProps) {
   const [autoRefresh, setAutoRefresh] = useState(true);
   const [help, setHelp] = useState(false);
   const [tick, setTick] = useState(0);
+  const [expanded, setExpanded] = useState<string | null>(null);
 
   const query: Query = useMemo(() => {
     const q: Query = { ...filters };
@@ -190,7 +192,7 @@ export function Alerts({ ctx }: PageProps) {
         <tbody>
           {groups.map((g, i) => {
             const key = groupKey(g);
-            return (
+            return [
               <tr key={key} data-row={i} class={i === cursor ? "cursor" : ""} aria-selected={selected.has(key)}>
                 <td><input type="checkbox" aria-label={`Select ${g.category} ${g.indicator}`} checked={selected.has(key)}
                            onChange={() => setSelected((s) => { const n = new Set(s); if (n.has(key)) n.delete(key); else n.add(key); return n; })} /></td>
@@ -203,9 +205,16 @@ export function Alerts({ ctx }: PageProps) {
                   .filter(([, n]) => n > 0).map(([s, n]) => `${s} ${n}`).join(", ")}</td>
                 <td>{fmtTime(g.first_seen)}</td>
                 <td>{fmtTime(g.last_seen)}</td>
-                <td><a href={`#/alerts/${encodeURIComponent(g.alert_ids[0])}`}>Open</a></td>
-              </tr>
-            );
+                <td><a href={`#/alerts/${encodeURIComponent(g.alert_ids[0])}`}>Open</a>{" "}
+                  <button type="button" class="link" aria-expanded={expanded === key} aria-label={`List the alerts of ${g.category} ${g.indicator}`}
+                          onClick={() => setExpanded(expanded === key ? null : key)}>{expanded === key ? "Hide" : "List"}</button></td>
+              </tr>,
+              expanded === key && (
+                <tr key={`${key}-alerts`} class="expanded"><td colSpan={10}>
+                  <GroupAlerts ctx={ctx} query={{ ...query, category: g.category, agent_id: g.agent_id, indicator: g.indicator }} />
+                </td></tr>
+              ),
+            ];
           })}
           {loaded && !groups.length && !error && <tr><td colSpan={10} class="muted">No alerts match.</td></tr>}
         </tbody>
@@ -225,5 +234,35 @@ export function Alerts({ ctx }: PageProps) {
         </div>
       )}
     </Page>
+  );
+}
+
+/** The alerts of one group, newest first, a page at a time with the API's cursor. */
+function GroupAlerts({ ctx, query }: { ctx: PageProps["ctx"]; query: Query }) {
+  const [alerts, setAlerts] = useState<Alert[]>([]);
+  const [cursor, setCursor] = useState<string | null>(null);
+  const [total, setTotal] = useState<number | null>(null);
+  const [error, setError] = useState<unknown>(null);
+  const fetchPage = async (from: string | null) => {
+    try {
+      const page = await ctx.api.alerts({ ...query, limit: PAGE_SIZE, cursor: from ?? undefined });
+      setAlerts((prev) => (from ? [...prev, ...page.alerts] : page.alerts));
+      setCursor(page.next_cursor ?? null);
+      setTotal((page as { total?: number }).total ?? null);
+      setError(null);
+    } catch (err) { setError(err); }
+  };
+  useEffect(() => { void fetchPage(null); }, [JSON.stringify(query)]);
+  return (
+    <div>
+      <ErrorNote error={error} retry={() => fetchPage(null)} />
+      <ul class="group-alerts">
+        {alerts.map((a) => (
+          <li key={a.id}><a href={`#/alerts/${encodeURIComponent(a.id)}`}>{fmtTime(a.last_seen)} {a.status}</a> {a.summary}</li>
+        ))}
+      </ul>
+      <p class="muted">{alerts.length}{total !== null ? ` of ${total}` : ""} alerts{" "}
+        {cursor && <button type="button" onClick={() => fetchPage(cursor)}>Load more</button>}</p>
+    </div>
   );
 }
