@@ -206,6 +206,11 @@ def build(settings: Settings) -> Appliance:
     finished = FinishedFlows(limits.finished_flows_kept)
     retention = RetentionService(console_settings, alert_store, finished, detection_db)
 
+    def apply_retention(_new: object) -> None:  # a shorter retention applies at once, not at the next pass
+        retention.enforce()
+
+    console_settings.on_change(apply_retention)
+
     def on_expire(flows: list[FlowRecord]) -> None:
         finished.extend(flows)
         pipeline.submit_many(flows)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -41,10 +41,19 @@ class CaptureSettings(_Section):
     bufferSize: Annotated[int, Field(ge=1, le=4096)] = 64  # MiB
 
 
+Layer = Literal["network", "dns", "http", "tls", "behavioral"]
+
+
+def _all_layers() -> list[Layer]:
+    return list(get_args(Layer))
+
+
+assert get_args(Layer) == LAYERS, "the settings' layers are the layers table's"
+
+
 class DetectionSettings(_Section):
     sensitivityLevel: Literal["low", "medium", "high"] = "medium"
-    enabledLayers: list[Literal["network", "dns", "http", "tls", "behavioral"]] = Field(
-        default_factory=lambda: list(LAYERS), max_length=len(LAYERS))
+    enabledLayers: list[Layer] = Field(default_factory=_all_layers, max_length=len(LAYERS))
     autoBlock: bool = False
 
     @field_validator("autoBlock")

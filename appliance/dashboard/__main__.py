@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import time
 
 from appliance import __version__
+from appliance.__main__ import wait_for_stop_signal
 from appliance.config import load_settings, split_listen
 from appliance.dashboard.accounts import FIRST_ADMIN, FIRST_ADMIN_FILE
 from appliance.dashboard.app import CertificatesMissing, build
@@ -44,27 +44,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dashboard: cannot start: {err}", file=sys.stderr)
         return 2
 
-    host, _ = split_listen(settings.dashboard.listen)
-    shown = "localhost" if host in ("0.0.0.0", "::", "") else host
-    password_file = settings.paths.state_dir / FIRST_ADMIN_FILE
-    print(f"console {__version__} running", flush=True)
-    print(f"  console URL    : https://{shown}:{dashboard.port}/")
-    print(f"  REST API       : {dashboard.upstream.base_url}")
-    if dashboard.first_admin_password and sys.stdout.isatty():
-        # Only to a person at a terminal: under systemd stdout goes to the journal, which keeps it.
-        print(f"  first sign-in  : {FIRST_ADMIN} / {dashboard.first_admin_password}   (kept in {password_file}, mode 0600)")
-    elif dashboard.first_admin_password:
-        print(f"  first sign-in  : user {FIRST_ADMIN}, password generated into {password_file} (mode 0600)")
-    if not (settings.dashboard.dist_dir / "index.html").is_file():
-        print(f"  web app        : {settings.dashboard.dist_dir} is not built; run `make console`")
-    sys.stdout.flush()
+    def banner() -> None:  # printed once the signal handlers are in place: a stop right after it is clean
+        host, _ = split_listen(settings.dashboard.listen)
+        shown = "localhost" if host in ("0.0.0.0", "::", "") else host
+        password_file = settings.paths.state_dir / FIRST_ADMIN_FILE
+        print(f"console {__version__} running", flush=True)
+        print(f"  console URL    : https://{shown}:{dashboard.port}/")
+        print(f"  REST API       : {dashboard.upstream.base_url}")
+        if dashboard.first_admin_password and sys.stdout.isatty():
+            # Only to a person at a terminal: under systemd stdout goes to the journal, which keeps it.
+            print(f"  first sign-in  : {FIRST_ADMIN} / {dashboard.first_admin_password}   (kept in {password_file}, mode 0600)")
+        elif dashboard.first_admin_password:
+            print(f"  first sign-in  : user {FIRST_ADMIN}, password generated into {password_file} (mode 0600)")
+        if not (settings.dashboard.dist_dir / "index.html").is_file():
+            print(f"  web app        : {settings.dashboard.dist_dir} is not built; run `make console`")
+        sys.stdout.flush()
 
-    requested: list[int] = []
-    signal.signal(signal.SIGTERM, lambda signum, _frame: requested.append(signum))
-    signal.signal(signal.SIGINT, lambda signum, _frame: requested.append(signum))
-    while not requested:
-        time.sleep(0.2)
-    logging.getLogger("appliance.dashboard").info("signal %d: shutting down", requested[0])
+    signum = wait_for_stop_signal(ready=banner)
+    logging.getLogger("appliance.dashboard").info("signal %d: shutting down", signum)
     dashboard.stop()
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 import urllib3
@@ -32,11 +33,9 @@ class ApplianceClient:
                  timeout_s: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
         self._token = admin_token
-        self._pool = urllib3.PoolManager(
-            num_pools=2, maxsize=pool_size, block=False, retries=False,
-            timeout=urllib3.Timeout(connect=5.0, read=timeout_s),
-            **({"cert_reqs": "CERT_REQUIRED", "ca_certs": ca_file} if ca_file else {}),
-        )
+        tls: dict[str, Any] = {"cert_reqs": "CERT_REQUIRED", "ca_certs": ca_file} if ca_file else {}
+        self._pool = urllib3.PoolManager(num_pools=2, maxsize=pool_size, block=False, retries=False,
+                                         timeout=urllib3.Timeout(connect=5.0, read=timeout_s), **tls)
         self.failures = 0
 
     def forward(self, method: str, path: str, query: str, body: bytes | None, content_type: str | None,

@@ -161,17 +161,27 @@ def test_disabled_layers_drop_their_detections(appliance):
     assert not store.allows(detection)
 
 
-def test_retention_deletes_old_alerts_and_finished_flows(appliance):
+def test_a_shorter_retention_deletes_old_alerts_at_once(appliance):
     app, rest = appliance.app, appliance.rest
     fresh = _add(app)
     stale = _add(app, indicator="stale.example")
     with app.detection.db.lock, app.detection.db.conn:
         app.detection.db.conn.execute("UPDATE alerts SET updated_at = ? WHERE id = ?", (time.time() - 40 * 86400, stale.id))
     assert rest.call("PUT", "/api/v1/settings", {"storage": {"retentionDays": 30}})[0] == 200
-    deleted = app.extras["retention"].enforce()
-    assert deleted["alerts"] == 1
     assert rest.get(f"/api/v1/alerts/{stale.id}")[0] == 404 and rest.get(f"/api/v1/alerts/{fresh.id}")[0] == 200
     assert rest.get("/api/v1/metrics")[1]["retention_alerts_deleted"] == 1
+    assert app.extras["retention"].enforce() == {"alerts": 0, "flows": 0}
+
+
+def test_retention_drops_finished_flows_older_than_the_cutoff():
+    from types import SimpleNamespace
+
+    from appliance.flows.finished import FinishedFlows
+
+    ring = FinishedFlows(10)
+    ring.extend([SimpleNamespace(last_ns=n, agent_id="a", flow_id=str(n)) for n in (5, 50, 500)])  # type: ignore[list-item]
+    assert ring.drop_older_than(100) == 2
+    assert [f.flow_id for f in ring.newest(None, 10)] == ["500"]
 
 
 def test_storage_cap_deletes_oldest_closed_alerts_first(appliance):
@@ -187,10 +197,9 @@ def test_storage_cap_deletes_oldest_closed_alerts_first(appliance):
             update={"storage": settings.current.storage.model_copy(update={"maxStorageGb": gb})}))
 
     cap(0.1)  # far above this test's data: nothing goes
-    assert retention.enforce()["alerts"] == 0
-    cap((used / 2) / 1024 ** 3)
-    removed = retention.enforce()["alerts"]
-    assert removed > 0 and retention.used_bytes() <= used / 2
+    assert retention.alerts_deleted == 0
+    cap((used / 2) / 1024 ** 3)  # a new cap applies at once
+    assert retention.alerts_deleted > 0 and retention.used_bytes() <= used / 2
     assert app.detection.alerts.get(open_alert.id) is not None
     assert app.detection.alerts.get(closed[0].id) is None
 
