@@ -212,3 +212,30 @@ def test_metrics_rates_follow_real_grpc_traffic(appliance):
     after = appliance.rest.get("/api/v1/metrics")[1]
     assert after["totalPackets"] > before["totalPackets"] and after["totalBytes"] > before["totalBytes"]
     assert after["packetsPerSecond"] > 0 and after["bytesPerSecond"] > 0
+
+
+def test_hostile_alert_queries_are_422_naming_the_parameter_and_the_store_is_intact(appliance):
+    import base64
+
+    app, rest = appliance.app, appliance.rest
+    alert = _add(app)
+
+    def forged(value: object) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    cursors = [forged(["last_ns", True, "1 OR 1=1", "x"]), forged(["id; DROP TABLE alerts", True, 1, "x"]),
+               forged(["last_ns", True, 1, "x" * 100]), forged({"a": 1}), forged([[[[[]]]]]), "%%%", "A" * 2000]
+    for cursor in cursors:
+        status, body = rest.get(f"/api/v1/alerts?cursor={cursor}")
+        assert status == 422 and body["field"] == "cursor", cursor[:40]
+    many = ",".join(f"agent{i}" for i in range(51))
+    assert rest.get(f"/api/v1/alerts/groups?agent_id={many}")[1]["field"] == "agent_id"
+    assert rest.get("/api/v1/alerts/export?indicator=" + "x" * 5000)[0] == 422
+    assert rest.get("/api/v1/alerts?since=-9999999d")[0] == 422
+    assert rest.get("/api/v1/alerts?indicator=%27%20OR%20%271%27=%271")[1]["total"] == 0
+    status, body = rest.post("/api/v1/alerts/bulk", raw=b'{"filter": {"status": "New"}, "status": "Resolved", "note": "'
+                             + b"x" * 2000 + b'"}')
+    assert status == 422 and "note" in body["fields"]
+    assert rest.post("/api/v1/alerts/bulk", raw=b'{"filter": "New", "status": "Resolved"}')[0] == 422
+    assert app.detection.alerts.get(alert.id).status == "New"
+    assert rest.get("/api/v1/alerts")[1]["total"] == 1
