@@ -14,6 +14,7 @@ from tests.appliance.detection import scenarios as sc
 from appliance.config import parse_settings
 from appliance.dashboard.app import build
 from tests.conftest import appliance_settings
+from tests.polling import wait_for
 from tests.console.conftest import ANALYST_PASSWORD, ARTIFACTS, DIST, Stack, axe_violations, sign_in
 from tests.console.relay import Relay
 
@@ -150,9 +151,13 @@ def test_rule_toggle_and_an_invalid_rule_refused_at_its_line(page, stack: Stack)
     assert toggle.is_checked()
     toggle.click()
     page.get_by_role("status").filter(has_text="Rule SIG-DNS-001 disabled.").wait_for()
-    assert not toggle.is_checked()
-    rules = stack.appliance.rest.get("/api/v1/signatures")[1]["rules"]
-    assert next(r for r in rules if r["id"] == "SIG-DNS-001")["enabled"] is False
+    # The engine's inotify watcher may reload once more from the directory it read mid-write (its reloads are
+    # not serialised with toggle's), so the persisted state is awaited, then shown after a fresh load.
+    assert wait_for(lambda: next(r for r in stack.appliance.rest.get("/api/v1/signatures")[1]["rules"]
+                                 if r["id"] == "SIG-DNS-001")["enabled"] is False, timeout=10)
+    page.reload()
+    page.get_by_label("Enable rule SIG-DNS-001").wait_for()
+    assert not page.get_by_label("Enable rule SIG-DNS-001").is_checked()
 
     editor = page.get_by_label("Rule YAML")
     text = editor.input_value().replace("op: gt", "op: bigger")
