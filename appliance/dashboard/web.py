@@ -218,6 +218,7 @@ class DashboardWeb:
         route("/auth/users", "GET", self._guard(self.list_users))
         route("/auth/users", "POST", self._guard(self.create_user))
         route("/auth/users/<username>", "PATCH", self._guard(self.update_user))
+        route("/auth/metrics", "GET", self._guard(self.metrics))
         route("/api/<path:path>", ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"], self._guard(self.proxy))
         route("/auth/<path:path>", ["GET", "POST", "PUT", "PATCH", "DELETE"], self._guard(self.no_route))
         route("/", "GET", self.static)
@@ -308,6 +309,12 @@ class DashboardWeb:
             self.sessions.end_user(username)
         log.info("user changed user=%s disabled=%s role=%s by=%s", username, body.disabled, body.role, session.username)
         return {"user": user_view(user)}
+
+    def metrics(self) -> dict[str, Any]:
+        """What the console refused and why, for admins (the appliance's own counters are /api/v1/metrics)."""
+        self._require_admin(self._session(), "read the console's counters")
+        return {"refused_by_reason": dict(self.counters.by_reason), "sessions": len(self.sessions),
+                "sign_ins_rate_limited": self.limiter.refused, "upstream_failures": self.upstream.failures}
 
     def proxy(self, path: str) -> bottle.HTTPResponse:
         method = bottle.request.method

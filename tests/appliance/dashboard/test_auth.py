@@ -138,6 +138,7 @@ def test_an_analyst_cannot_reach_admin_account_routes_or_escalate(console):
     assert ana.get("/auth/users") == (403, {"error": "your role (analyst) cannot list users", "code": "forbidden"})
     assert ana.post("/auth/users", {"username": "evil", "password": "evil-password-1", "role": "admin"})[0] == 403
     assert ana.request("PATCH", "/auth/users/ana", {"role": "admin"})[0] == 403
+    assert ana.get("/auth/metrics")[0] == 403
     # a role field smuggled into the login body is refused, not honoured
     status, body = console.browser().post("/auth/login", {"username": "ana", "password": "analyst-password-1", "role": "admin"})
     assert status == 422

@@ -11,9 +11,14 @@ import pytest
 from appliance.dashboard.web import CSP
 
 
-def _still_serving(console) -> None:
+def _still_serving(console) -> dict:
+    """The console answers and signs in; returns its refusal counters (admin-only /auth/metrics)."""
     assert console.browser().get("/auth/me")[0] == 401
-    assert console.admin().get("/api/v1/metrics")[0] == 200
+    admin = console.admin()
+    assert admin.get("/api/v1/metrics")[0] == 200
+    status, counters = admin.get("/auth/metrics")
+    assert status == 200
+    return counters
 
 
 @pytest.mark.parametrize("raw, status, code", [
@@ -30,7 +35,7 @@ def _still_serving(console) -> None:
 def test_malformed_sign_in_bodies(console, raw, status, code):
     got, body = console.browser().post("/auth/login", raw=raw)
     assert (got, body["code"]) == (status, code) and isinstance(body["error"], str)
-    _still_serving(console)
+    assert _still_serving(console)["refused_by_reason"][code] == 1
 
 
 def _announce_body(console, path: str, length: int, cookie: str = "", csrf: str = "") -> bytes:
@@ -71,6 +76,7 @@ def test_wrong_content_type_is_415(console):
     status, body = admin.post("/api/v1/whitelist", raw=b"value=x", headers={"Content-Type": "text/plain"})
     assert (status, body["code"]) == (415, "unsupported_media_type")
     assert console.appliance.rest.get("/api/v1/whitelist")[1]["count"] == 0
+    assert _still_serving(console)["refused_by_reason"]["unsupported_media_type"] == 2
 
 
 def test_hostile_query_strings_and_headers(console):
