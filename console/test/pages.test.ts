@@ -42,3 +42,13 @@ test("rule problems land on the line of the field they name", () => {
   assert.deepEqual(locateProblems(RULE, "rule: conditions[1].op: unknown operator 'bigger'; rule: <root>: bad"),
                    [{ line: 8, message: "conditions[1].op: unknown operator 'bigger'" }, { line: null, message: "<root>: bad" }]);
 });
+
+test("group actions offer only transitions some alert of the groups can make", async () => {
+  const { allowedActions } = await import("../src/pages/triage.ts");
+  const group = (statuses: Record<string, number>) => ({ category: "c", agent_id: "a", indicator: "i", count: 1,
+    first_seen: "", last_seen: "", severity: "Low" as const, alert_ids: ["x"], statuses });
+  assert.deepEqual([...allowedActions([group({ Resolved: 2, New: 0 })])], ["New"]);
+  assert.deepEqual([...allowedActions([group({ Investigating: 1 })])].sort(), ["Acknowledged", "FalsePositive", "Resolved"]);
+  assert.equal(allowedActions([]).size, 0);
+  assert.equal(allowedActions([group({ New: 1 }), group({ FalsePositive: 1 })]).size, 5);
+});

@@ -46,7 +46,7 @@ export interface Alert {
 export interface AlertPage { alerts: Alert[]; count: number; next_cursor?: string | null }
 export interface AlertGroup {
   category: string; agent_id: string; indicator: string; count: number; first_seen: string; last_seen: string;
-  severity: Severity; alert_ids: string[];
+  severity: Severity; alert_ids: string[]; statuses?: Partial<Record<AlertStatus, number>>;
 }
 export interface AlertGroups { groups: AlertGroup[]; count?: number }
 export interface Flow {

@@ -3,16 +3,9 @@
 import { useState } from "preact/hooks";
 import type { PageProps } from "../context.ts";
 import type { Alert, AlertStatus } from "../api/client.ts";
+import { TRANSITIONS } from "./triage.ts";
 import { ErrorNote, Page, SeverityBadge, fmtTime, useLoad } from "../components/ui.tsx";
 
-/** The appliance's triage transitions (appliance/detection/alerts.py TRANSITIONS); the API enforces them. */
-export const TRANSITIONS: Record<AlertStatus, AlertStatus[]> = {
-  New: ["Acknowledged", "Investigating", "Resolved", "FalsePositive"],
-  Acknowledged: ["Investigating", "Resolved", "FalsePositive"],
-  Investigating: ["Acknowledged", "Resolved", "FalsePositive"],
-  Resolved: ["New"],
-  FalsePositive: ["New"],
-};
 const LABELS: Record<AlertStatus, string> = {
   New: "Reopen", Acknowledged: "Acknowledge", Investigating: "Escalate", Resolved: "Resolve", FalsePositive: "False positive",
 };

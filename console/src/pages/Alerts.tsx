@@ -4,6 +4,7 @@
 import { useEffect, useMemo, useState } from "preact/hooks";
 import type { PageProps } from "../context.ts";
 import type { Alert, AlertGroup, AlertStatus, Query } from "../api/client.ts";
+import { allowedActions } from "./triage.ts";
 import { CopyButton, ErrorNote, Page, SeverityBadge, fmtTime, navigate, route, usePoll } from "../components/ui.tsx";
 
 type View = "inbox" | "escalated" | "all";
@@ -22,7 +23,9 @@ const ACTIONS: { status: AlertStatus; label: string; key?: string }[] = [
   { status: "Investigating", label: "Escalate", key: "s" },
   { status: "Resolved", label: "Resolve" },
   { status: "FalsePositive", label: "False positive" },
+  { status: "New", label: "Reopen" },
 ];
+
 
 function groupKey(g: AlertGroup): string { return `${g.category}|${g.agent_id}|${g.indicator}`; }
 
@@ -81,6 +84,8 @@ export function Alerts({ ctx }: PageProps) {
 
   const total = groups.reduce((n, g) => n + g.count, 0);
   const current = groups[Math.min(cursor, groups.length - 1)];
+  const selectedGroups = groups.filter((g) => selected.has(groupKey(g)));
+  const allowed = allowedActions(selectedGroups.length ? selectedGroups : current ? [current] : []);
 
   const include = (field: string, value: string) => setFilters((f) => { const n = { ...f, [field]: value }; delete n[`not_${field}`]; return n; });
   const exclude = (field: string, value: string) => setFilters((f) => { const n = { ...f, [`not_${field}`]: value }; delete n[field]; return n; });
@@ -178,7 +183,7 @@ export function Alerts({ ctx }: PageProps) {
       <div class="toolbar">
         <label class="inline">Note for the next action <input value={note} maxLength={1000} onInput={(e) => setNote(e.currentTarget.value)} /></label>
         {ACTIONS.map((a) => (
-          <button key={a.status} type="button" disabled={!groups.length} onClick={() => apply(a.status, targets())}>
+          <button key={a.status} type="button" disabled={!allowed.has(a.status)} onClick={() => apply(a.status, targets())}>
             {a.label}{a.key ? ` (${a.key})` : ""}{selected.size ? ` ${selected.size} selected` : ""}</button>
         ))}
         <button type="button" disabled={!groups.length} onClick={() => apply("Acknowledged", "all")}>
@@ -201,7 +206,7 @@ export function Alerts({ ctx }: PageProps) {
                 <td>{cell("category", g.category)}</td>
                 <td>{cell("agent_id", g.agent_id, g.agent_id.slice(0, 8))}</td>
                 <td class="wrap">{cell("indicator", g.indicator)}</td>
-                <td>{Object.entries((g as AlertGroup & { statuses?: Record<string, number> }).statuses ?? {})
+                <td>{Object.entries(g.statuses ?? {})
                   .filter(([, n]) => n > 0).map(([s, n]) => `${s} ${n}`).join(", ")}</td>
                 <td>{fmtTime(g.first_seen)}</td>
                 <td>{fmtTime(g.last_seen)}</td>
