@@ -15,7 +15,8 @@ NATIVE := appliance/native/.built
 # Running: systemd-python builds against libsystemd; the C fast path compiles at install (gcc); binutils for PyInstaller.
 RUN_APT_PACKAGES := pkg-config libsystemd-dev gcc binutils
 # Testing: network namespaces, the lab's resolver and real tunneling tools, script linting, unit verification.
-TEST_APT_PACKAGES := iproute2 curl shellcheck systemd dnsmasq-base iodine ptunnel-ng openssl
+# The console's browser tests drive Debian's chromium (never a downloaded browser).
+TEST_APT_PACKAGES := iproute2 curl shellcheck systemd dnsmasq-base iodine ptunnel-ng openssl chromium
 # DGA evaluation and word model: the SCOWL English word list (dictionary DGA word lists, `dga_words build`).
 TEST_APT_PACKAGES += wamerican
 CONFIG ?=
@@ -96,12 +97,17 @@ agents: $(AGENT_BIN)
 
 # `make run` serves the Linux agent from the configured /static (paths.static_dir), so that a pasted
 # enrollment command works out of the box; Windows and macOS agents are pushed (README).
+# Then the appliance and the analyst console (appliance.dashboard, port 3000) together; Ctrl-C or either one
+# ending stops both.
 run: $(GEN) $(AGENT_BUILT)
 	@static=$$($(PY) -m appliance --print-static-dir $(if $(CONFIG),--config $(CONFIG))) || exit 2; \
 	dest="$$static/agents/linux-$(AGENT_ARCH)/sensor-agent"; \
 	if ! cmp -s $(AGENT_BUILT) "$$dest"; then mkdir -p "$$(dirname "$$dest")" && install -m 0755 $(AGENT_BUILT) "$$dest" \
 	  && echo "the Linux agent is served from $$dest"; fi
-	$(PY) -m appliance $(if $(CONFIG),--config $(CONFIG))
+	@trap 'kill -TERM $$pids 2>/dev/null; wait' INT TERM EXIT; \
+	$(PY) -m appliance $(if $(CONFIG),--config $(CONFIG)) & pids=$$!; \
+	$(PY) -m appliance.dashboard $(if $(CONFIG),--config $(CONFIG)) --wait 60 & pids="$$pids $$!"; \
+	wait -n
 
 test: $(GEN) $(AGENTS_GEN) | sysdeps-test
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
@@ -123,3 +129,4 @@ eval-dga: $(GEN) | sysdeps-test
 dga-models: $(STAMP) | sysdeps-test
 	$(PY) -m appliance.detection.dpi.dga build /usr/share/dict/american-english
 	$(PY) -m appliance.detection.dpi.dga_words build /usr/share/dict/american-english
+-include console/console.mk

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 from appliance import __version__
 from appliance.app import ADMIN_TOKEN_FILE, build, tune_garbage_collector
@@ -24,6 +25,23 @@ def _notify(state: str) -> None:
     except ImportError:  # systemd-python not installed: run without notifications
         return
     daemon.notify(state)
+
+
+def wait_for_stop_signal(ready: Callable[[], None] | None = None) -> int:
+    """Block until SIGTERM or SIGINT; return which (shared by the appliance and the dashboard).
+
+    `ready` runs once the handlers are in place, so a signal sent on readiness is never the default kill.
+    """
+    # The handler only appends: taking a lock (Event.set, logging) inside a signal handler deadlocks
+    # when a second signal arrives while the first handler holds it (a double Ctrl-C, say).
+    requested: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: requested.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: requested.append(signum))
+    if ready is not None:
+        ready()
+    while not requested:
+        time.sleep(0.2)
+    return requested[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,15 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  authenticate   : curl --cacert {appliance.ca.ca_cert_path} -H \"Authorization: Bearer $TOKEN\" "
           f"{scheme}://localhost:{appliance.rest_port}/api/v1/metrics", flush=True)
 
-    # The handler only appends: taking a lock (Event.set, logging) inside a signal handler deadlocks
-    # when a second signal arrives while the first handler holds it (a double Ctrl-C, say).
-    requested: list[int] = []
-    signal.signal(signal.SIGTERM, lambda signum, _frame: requested.append(signum))
-    signal.signal(signal.SIGINT, lambda signum, _frame: requested.append(signum))
-    _notify("READY=1")
-    while not requested:
-        time.sleep(0.2)
-    logging.getLogger("appliance").info("signal %d: shutting down", requested[0])
+    signum = wait_for_stop_signal(ready=lambda: _notify("READY=1"))
+    logging.getLogger("appliance").info("signal %d: shutting down", signum)
     _notify("STOPPING=1")
     appliance.stop()
     return 0

@@ -22,7 +22,9 @@ from appliance.flows.tracker import FlowLimits, FlowTimeouts, FlowTracker
 from appliance.ingest.convert import ConvertLimits, PacketConverter
 from appliance.ingest.service import IngestService
 from appliance.ingest.servicer import SensorServicer, StreamAuthorizer, create_server
-from appliance.metrics import MetricsCollector, MetricsHistory
+from appliance.console_settings import ConsoleSettingsStore
+from appliance.metrics import MetricsCollector, MetricsHistory, ThroughputMeter
+from appliance.retention import RetentionService
 from appliance.model import FlowRecord
 from appliance.pipeline import AnalysisPipeline
 from appliance.detection import DetectionParts
@@ -43,7 +45,7 @@ from appliance.detection.signatures.engine import SignatureEngine
 from appliance.detection.signatures.watcher import SignatureWatcher
 from appliance.pki import CertificateAuthority, default_server_names
 from appliance.rest import routes_core, routes_detection
-from appliance.rest import routes_enrollment
+from appliance.rest import routes_enrollment, routes_settings
 from appliance.rest.api import Api
 from appliance.rest.openapi import build_openapi
 from appliance.rest.server import ConnectionLimits, HttpServer
@@ -110,6 +112,8 @@ class Appliance:
         self.history.start()
         if self.detection is not None:
             self.detection.watcher.start()
+        if "retention" in self.extras:
+            self.extras["retention"].start()
         servicer = SensorServicer(self.ingest, authorize=self.stream_gate)
         credentials = None
         if s.grpc.tls:
@@ -166,6 +170,8 @@ class Appliance:
         self.pipeline.drain()
         self.pipeline.stop()
         self.history.stop()
+        if "retention" in self.extras:
+            self.extras["retention"].stop()
         if self._rest is not None:
             self._rest.stop()
         for closer in self.extras.get("closers", []):
@@ -203,6 +209,7 @@ def build(settings: Settings) -> Appliance:
     alert_channel.subscribe(alert_store.save)
     correlator = Correlator(analysis_config, alert_store, alert_channel)
     exclusions = ExclusionStore(detection_db)
+    console_settings = ConsoleSettingsStore(detection_db, analysis_config)
     detection = DetectionParts(
         db=detection_db, config=analysis_config, resolver=resolver, dpi=dpi, signatures=signatures,
         watcher=SignatureWatcher(paths.signatures_dir, signatures.reload), behaviour=behaviour,
@@ -210,9 +217,16 @@ def build(settings: Settings) -> Appliance:
     )
     agents = AgentRegistry()
     pipeline = AnalysisPipeline(layers=[dpi, signatures, behaviour], correlator=correlator,
-                                queue_size=limits.analysis_queue, detection_filter=exclusions.allows,
+                                queue_size=limits.analysis_queue,
+                                detection_filter=lambda d: console_settings.allows(d) and exclusions.allows(d),
                                 on_drop=agents.analysis_dropped)
     finished = FinishedFlows(limits.finished_flows_kept)
+    retention = RetentionService(console_settings, alert_store, finished, detection_db)
+
+    def apply_retention(_new: object) -> None:  # a shorter retention applies at once, not at the next pass
+        retention.enforce()
+
+    console_settings.on_change(apply_retention)
 
     def on_expire(flows: list[FlowRecord]) -> None:
         finished.extend(flows)
@@ -258,10 +272,14 @@ def build(settings: Settings) -> Appliance:
         "repaired_by_reason": lambda: ingest.repaired_by_reason,
         "rest_connections": lambda: appliance.rest_stats(),
         "blanket_exclusions": lambda: len(exclusions.blanket()),
-    })
+        "retention_alerts_deleted": lambda: retention.alerts_deleted,
+        "retention_flows_deleted": lambda: retention.flows_deleted,
+    }, derived=[ThroughputMeter(lambda: ingest.packets_received, lambda: ingest.bytes_received,
+                                lambda: alert_store.active).fields])
     history = MetricsHistory(collector, settings.metrics.history_interval)
     api = Api(admin_token, settings.rest.max_body_bytes)
     routes_detection.install(api, alerts=alert_store, exclusions=exclusions, signatures=signatures, config=analysis_config)
+    routes_settings.install(api, settings=console_settings)
     routes_core.install(
         api, collector=collector, history=history, tracker=tracker, finished=finished, agents=agents,
         events=ingest.recent_events, openapi=lambda: build_openapi(api.routes), warnings=exclusions.warnings,
@@ -294,6 +312,8 @@ def build(settings: Settings) -> Appliance:
     )
     appliance.extras["enrollment"] = enrollment
     appliance.extras["artifacts"] = artifacts
+    appliance.extras["retention"] = retention
+    appliance.extras["console_settings"] = console_settings
     appliance.extras.setdefault("closers", []).append(enrollment_store.close)
     return appliance
 

@@ -64,8 +64,21 @@ class RestSettings(_Section):
 
 class DashboardSettings(_Section):
     listen: str = "0.0.0.0:3000"
+    # The REST API the console speaks to; default https://127.0.0.1:<rest port> (http when rest.tls is false).
+    api_url: str = ""
+    dist_dir: Path = Path("console/dist")  # the built web app (make console)
+    threads: Annotated[int, Field(ge=2, le=512)] = 16
+    session_idle_minutes: Annotated[float, Field(gt=0, le=24 * 60)] = 30.0
+    session_max_hours: Annotated[float, Field(gt=0, le=24 * 30)] = 12.0
 
     _listen = field_validator("listen")(_check_listen)
+
+    @field_validator("api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        if value and not re.fullmatch(r"https?://[A-Za-z0-9.\[\]:-]+", value):
+            raise ValueError("must be http(s)://host:port with no path, query, quotes or spaces")
+        return value.rstrip("/")
 
 
 # The checkout the appliance runs from: the shipped rules live here, and the default state goes

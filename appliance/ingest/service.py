@@ -59,6 +59,7 @@ class IngestService:
         # DNS answers seen in packets feed the resolver cache before their flow ends (TLS checks need them).
         self._lock = threading.Lock()
         self.packets_received = 0
+        self.bytes_received = 0  # serialized packet bytes agents streamed (the console's totalBytes)
         self.packets_rejected = 0
         self.events_received = 0
         self.events_rejected = 0
@@ -107,11 +108,12 @@ class IngestService:
     def packet_bytes(self, session: StreamSession, data: bytes, batched: bool) -> None:
         """Convert and track one serialized PacketBatch (or NetworkPacket) of one stream."""
         accepted, rejected = self.tracker.add_wire(session.identity.agent_id, self.converter, data, batched)
-        self._count_packets(session, accepted, rejected)
+        self._count_packets(session, accepted, rejected, len(data))
 
-    def _count_packets(self, session: StreamSession, accepted: int, rejected: int) -> None:
+    def _count_packets(self, session: StreamSession, accepted: int, rejected: int, nbytes: int = 0) -> None:
         with self._lock:
             self.packets_received += accepted
+            self.bytes_received += nbytes
             self.packets_rejected += rejected
         session.accepted += accepted
         session.rejected += rejected

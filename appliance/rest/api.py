@@ -56,12 +56,15 @@ class RouteSpec:
     auth: str = "admin"  # admin | deploy | none
 
 
-def error_body(status: int, message: str, code: str | None = None, field_name: str | None = None) -> str:
+def error_body(status: int, message: str, code: str | None = None, field_name: str | None = None,
+               fields: dict[str, str] | None = None) -> str:
     payload: dict[str, Any] = {"error": message}
     if code:
         payload["code"] = code
     if field_name:
         payload["field"] = field_name
+    if fields:
+        payload["fields"] = fields
     return json.dumps(payload)
 
 
@@ -151,7 +154,7 @@ class Api:
 
 
 def json_response_error(err: ApiError) -> bottle.HTTPResponse:
-    response = bottle.HTTPResponse(error_body(err.status, err.message, err.code, err.field), status=err.status)
+    response = bottle.HTTPResponse(error_body(err.status, err.message, err.code, err.field, err.fields), status=err.status)
     response.content_type = "application/json"
     return response
 
@@ -202,13 +205,15 @@ def parse_model(model: type[M], data: Any) -> M:
         return model.model_validate(data)
     except ValidationError as err:
         problems = []
+        fields: dict[str, str] = {}
         first = None
         for e in err.errors():
             name = ".".join(str(p) for p in e["loc"]) or "body"
             first = first or name
             reason = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
             problems.append(f"{name}: {reason}")
-        raise ApiError(422, "; ".join(problems), field=first) from None
+            fields.setdefault(name, reason)
+        raise ApiError(422, "; ".join(problems), field=first, fields=fields) from None
 
 
 def read_body(model: type[M], max_bytes: int) -> M:
