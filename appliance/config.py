@@ -16,6 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from appliance.errors import ConfigError
 
 
+# The checkout the appliance runs from: the shipped rules live here, and the default state goes
+# here, whatever directory it is started from (a bare `rules` would load an empty directory).
+INSTALL_ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_RULES = INSTALL_ROOT / "rules"
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -66,7 +72,7 @@ class DashboardSettings(_Section):
     listen: str = "0.0.0.0:3000"
     # The REST API the console speaks to; default https://127.0.0.1:<rest port> (http when rest.tls is false).
     api_url: str = ""
-    dist_dir: Path = Path("console/dist")  # the built web app (make console)
+    dist_dir: Path = INSTALL_ROOT / "console" / "dist"  # the built web app (make console)
     threads: Annotated[int, Field(ge=2, le=512)] = 16
     session_idle_minutes: Annotated[float, Field(gt=0, le=24 * 60)] = 30.0
     session_max_hours: Annotated[float, Field(gt=0, le=24 * 30)] = 12.0
@@ -81,10 +87,6 @@ class DashboardSettings(_Section):
         return value.rstrip("/")
 
 
-# The checkout the appliance runs from: the shipped rules live here, and the default state goes
-# here, whatever directory it is started from (a bare `rules` would load an empty directory).
-INSTALL_ROOT = Path(__file__).resolve().parents[1]
-SHIPPED_RULES = INSTALL_ROOT / "rules"
 
 
 class PathSettings(_Section):
