@@ -17,12 +17,11 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.agents.netns import Lab, lab_available
+from tests.agents.netns import Lab
 from tests.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,18 +38,6 @@ def readme_token_command() -> str:
     section = (ROOT / "README.md").read_text().split("## Enrolling an agent", 1)[1]
     [line] = [l.strip() for l in section.splitlines() if "-X POST https://10.0.0.5:8080/api/v1/agent/tokens" in l]
     return line
-
-
-@pytest.fixture
-def lab() -> Iterator[Lab]:
-    reason = lab_available()
-    if reason:
-        pytest.skip(reason)
-    lab = Lab.create()
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 @pytest.mark.slow
