@@ -96,6 +96,11 @@ class Appliance:
     ca: CertificateAuthority
     admin_token: str
     admin_token_created: bool
+    enrollment: EnrollmentService
+    enrollment_store: EnrollmentStore
+    artifacts: ArtifactStore
+    retention: RetentionService
+    console_settings: ConsoleSettingsStore
     detection: DetectionParts | None = None
     grpc_port: int = 0
     rest_port: int = 0
@@ -103,7 +108,6 @@ class Appliance:
     _rest: HttpServer | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
-    extras: dict[str, Any] = field(default_factory=dict)
     stream_gate: StreamAuthorizer | None = None  # certificate binding and revocation (enrollment)
 
     def start(self) -> None:
@@ -112,8 +116,7 @@ class Appliance:
         self.history.start()
         if self.detection is not None:
             self.detection.watcher.start()
-        if "retention" in self.extras:
-            self.extras["retention"].start()
+        self.retention.start()
         servicer = SensorServicer(self.ingest, authorize=self.stream_gate)
         credentials = None
         if s.grpc.tls:
@@ -170,12 +173,10 @@ class Appliance:
         self.pipeline.drain()
         self.pipeline.stop()
         self.history.stop()
-        if "retention" in self.extras:
-            self.extras["retention"].stop()
+        self.retention.stop()
         if self._rest is not None:
             self._rest.stop()
-        for closer in self.extras.get("closers", []):
-            closer()
+        self.enrollment_store.close()
         if self.detection is not None:
             self.detection.watcher.stop()
             self.detection.db.close()
@@ -307,14 +308,10 @@ def build(settings: Settings) -> Appliance:
     )
     appliance = Appliance(
         settings=settings, ingest=ingest, tracker=tracker, pipeline=pipeline, agents=agents, api=api,
-        history=history, ca=ca, admin_token=admin_token, admin_token_created=created, detection=detection,
-        stream_gate=StreamGate(enrollment_store),
+        history=history, ca=ca, admin_token=admin_token, admin_token_created=created, enrollment=enrollment,
+        enrollment_store=enrollment_store, artifacts=artifacts, retention=retention, console_settings=console_settings,
+        detection=detection, stream_gate=StreamGate(enrollment_store),
     )
-    appliance.extras["enrollment"] = enrollment
-    appliance.extras["artifacts"] = artifacts
-    appliance.extras["retention"] = retention
-    appliance.extras["console_settings"] = console_settings
-    appliance.extras.setdefault("closers", []).append(enrollment_store.close)
     return appliance
 
 
