@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from appliance.agents import AgentRegistry
+from appliance.agent_registry import AgentRegistry
 from appliance.artifacts import CA_FILE, ArtifactStore
 from appliance.enrollment import EnrollmentService, EnrollmentStore, StreamGate, default_endpoints
 from appliance.config import Settings, split_listen

@@ -8,7 +8,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from appliance.agents import AgentRegistry, AgentState
+from appliance.agent_registry import AgentRegistry, AgentState
 from appliance.errors import ApplianceError
 from appliance.flows.tracker import FlowTracker
 from appliance.ingest.convert import PacketConverter, dns_event_to_message
