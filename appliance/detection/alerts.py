@@ -89,19 +89,6 @@ class AlertStore:
 
     def __init__(self, db: DetectionDatabase) -> None:
         self._db = db
-        with db.lock, db.conn:
-            db.conn.execute(
-                "CREATE TABLE IF NOT EXISTS alerts (id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, indicator TEXT NOT NULL, "
-                "category TEXT NOT NULL, severity INTEGER NOT NULL, confidence REAL NOT NULL, summary TEXT NOT NULL, "
-                "first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL, status TEXT NOT NULL, detections TEXT NOT NULL, "
-                "detection_count INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL)")
-            db.conn.execute("CREATE INDEX IF NOT EXISTS alerts_group ON alerts (agent_id, indicator, status)")
-            db.conn.execute("CREATE INDEX IF NOT EXISTS alerts_last ON alerts (last_ns)")
-            # Who moved an alert through triage, when, and why (the console records its user here).
-            db.conn.execute(
-                "CREATE TABLE IF NOT EXISTS alert_history (alert_id TEXT NOT NULL, at REAL NOT NULL, actor TEXT NOT NULL, "
-                "from_status TEXT NOT NULL, to_status TEXT NOT NULL, note TEXT NOT NULL)")
-            db.conn.execute("CREATE INDEX IF NOT EXISTS alert_history_alert ON alert_history (alert_id, at)")
         self._active = self._count_active()
 
     def _count_active(self) -> int:
