@@ -2,8 +2,8 @@
 
 The appliance and the concierge are two products in one repository: neither imports the other. Inside the
 appliance, data flows one way (ingest -> flows -> analysis -> REST): detection never reaches up into the REST
-layer, and flows never call back into ingest. The one import that still breaks a rule is listed in KNOWN_DEBT
-(issue 19 removes it); the list must shrink, never grow, and an entry whose import is gone must be deleted.
+layer, and flows never call back into ingest. An import that still breaks a rule would be listed in KNOWN_DEBT
+(empty now); the list must shrink, never grow, and an entry whose import is gone must be deleted.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ FORBIDDEN = [
     ("appliance/flows", "appliance.rest"),
 ]
 
-KNOWN_DEBT = {("appliance/flows/tracker.py", "appliance.ingest.convert")}
+KNOWN_DEBT: set[tuple[str, str]] = set()
 
 
 def imports_of(path: Path) -> set[str]:
