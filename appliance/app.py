@@ -15,6 +15,7 @@ import grpc
 
 from appliance.agent_registry import AgentRegistry
 from appliance.artifacts import CA_FILE, ArtifactStore
+from appliance.export import JsonLinesExporter
 from appliance.enrollment import EnrollmentService, EnrollmentStore, StreamGate, default_endpoints
 from appliance.config import Settings, split_listen
 from appliance.flows.finished import FinishedFlows
@@ -102,6 +103,7 @@ class Appliance:
     retention: RetentionService
     console_settings: ConsoleSettingsStore
     detection: DetectionParts | None = None
+    exporter: JsonLinesExporter | None = None  # export.enabled
     grpc_port: int = 0
     rest_port: int = 0
     _grpc: grpc.Server | None = None
@@ -117,6 +119,8 @@ class Appliance:
         if self.detection is not None:
             self.detection.watcher.start()
         self.retention.start()
+        if self.exporter is not None:
+            self.exporter.start()
         servicer = SensorServicer(self.ingest, authorize=self.stream_gate)
         credentials = None
         if s.grpc.tls:
@@ -172,6 +176,8 @@ class Appliance:
         self.tracker.flush_all()
         self.pipeline.drain()
         self.pipeline.stop()
+        if self.exporter is not None:
+            self.exporter.stop()  # after the drain: the flushed flows and their alerts are written too
         self.history.stop()
         self.retention.stop()
         if self._rest is not None:
@@ -208,6 +214,11 @@ def build(settings: Settings) -> Appliance:
     alert_store = AlertStore(detection_db)
     alert_channel = AlertChannel()
     alert_channel.subscribe(alert_store.save)
+    export = settings.export
+    exporter = JsonLinesExporter(export.path or paths.state_dir / "export" / "eve.json", flows=export.flows, alerts=export.alerts, queue_size=export.queue,
+                                 max_bytes=export.max_bytes, keep=export.keep) if export.enabled else None
+    if exporter is not None:
+        alert_channel.subscribe(exporter.alert)
     correlator = Correlator(analysis_config, alert_store, alert_channel)
     exclusions = ExclusionStore(detection_db)
     console_settings = ConsoleSettingsStore(detection_db, analysis_config)
@@ -232,6 +243,8 @@ def build(settings: Settings) -> Appliance:
     def on_expire(flows: list[FlowRecord]) -> None:
         finished.extend(flows)
         pipeline.submit_many(flows)
+        if exporter is not None:
+            exporter.flows(flows)
 
     tracker = FlowTracker(
         on_expire,
@@ -273,6 +286,7 @@ def build(settings: Settings) -> Appliance:
         "repaired_by_reason": lambda: ingest.repaired_by_reason,
         "rest_connections": lambda: appliance.rest_stats(),
         "blanket_exclusions": lambda: len(exclusions.blanket()),
+        "export": lambda: exporter.stats() if exporter is not None else {},
         "retention_alerts_deleted": lambda: retention.alerts_deleted,
         "retention_flows_deleted": lambda: retention.flows_deleted,
     }, derived=[ThroughputMeter(lambda: ingest.packets_received, lambda: ingest.bytes_received,
@@ -310,7 +324,7 @@ def build(settings: Settings) -> Appliance:
         settings=settings, ingest=ingest, tracker=tracker, pipeline=pipeline, agents=agents, api=api,
         history=history, ca=ca, admin_token=admin_token, admin_token_created=created, enrollment=enrollment,
         enrollment_store=enrollment_store, artifacts=artifacts, retention=retention, console_settings=console_settings,
-        detection=detection, stream_gate=StreamGate(enrollment_store),
+        detection=detection, exporter=exporter, stream_gate=StreamGate(enrollment_store),
     )
     return appliance
 

@@ -134,6 +134,25 @@ class MetricsSettings(_Section):
     history_interval: Annotated[float, Field(gt=0, le=3600)] = 5.0
 
 
+class ExportSettings(_Section):
+    """The JSON-lines export of alerts and flow records for a SIEM shipper (docs/export.md)."""
+
+    enabled: bool = False
+    path: Path | None = None  # None: <paths.state_dir>/export/eve.json
+    flows: bool = True
+    alerts: bool = True
+    max_bytes: Annotated[int, Field(ge=1 << 16, le=1 << 40)] = 100 << 20
+    keep: Annotated[int, Field(ge=1, le=1000)] = 5
+    queue: Annotated[int, Field(ge=100, le=10_000_000)] = 100_000
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _a_file(cls, value: Any) -> Any:
+        if isinstance(value, str) and (not value.strip() or value.endswith("/")):
+            raise ValueError("must name a file (the rotated files are <path>.1, <path>.2, ...)")
+        return value
+
+
 class TlsSettings(_Section):
     # Extra subject alternative names for the server certificate (DNS names or IP addresses).
     server_names: list[str] = Field(default_factory=list)
@@ -180,6 +199,7 @@ class Settings(_Section):
     enrollment: EnrollmentSettings = EnrollmentSettings()
     artifacts: ArtifactSettings = ArtifactSettings()
     release: ReleaseSettings = ReleaseSettings()
+    export: ExportSettings = ExportSettings()
 
 
 def describe_errors(err: ValidationError, source: str) -> str:
