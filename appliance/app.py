@@ -29,7 +29,8 @@ from appliance.retention import RetentionService
 from appliance.model import FlowRecord
 from appliance.pipeline import AnalysisPipeline
 from appliance.detection import DetectionParts
-from appliance.detection.alerts import AlertChannel, AlertStore
+from appliance.detection.alert_channel import AlertChannel
+from appliance.detection.alert_store import AlertStore
 from appliance.detection.analysis_config import AnalysisConfigHolder, ConfigStore, load_analysis_config
 from appliance.detection.behaviour import BehaviourLayer
 from appliance.detection.correlation import Correlator

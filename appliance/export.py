@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from appliance.detection.alerts import Alert
+from appliance.detection.alert import Alert
 from appliance.flows.tracker import community_id
 from appliance.model import FlowRecord, Severity
 

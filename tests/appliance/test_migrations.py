@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from appliance.dashboard.accounts import UserStore
-from appliance.detection.alerts import AlertStore
+from appliance.detection.alert_store import AlertStore
 from appliance.detection.analysis_config import ConfigStore
 from appliance.detection.database import DetectionDatabase
 from appliance.detection.exclusions import ExclusionStore

@@ -8,7 +8,7 @@ import io
 import json
 import time
 
-from appliance.detection.alerts import Alert
+from appliance.detection.alert import Alert
 from appliance.model import Detection, Category, Severity
 
 
