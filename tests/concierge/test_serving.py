@@ -90,6 +90,7 @@ http {{
             proc.wait()
 
 
+@pytest.mark.slow  # real nginx
 def test_sse_events_arrive_through_nginx(nginx_in_front) -> None:
     concierge, direct, proxied, cert = nginx_in_front
     hotel = make_hotel(concierge, proxied, verify=cert)  # every request goes through nginx
@@ -108,6 +109,7 @@ def test_sse_events_arrive_through_nginx(nginx_in_front) -> None:
         stream.close()
 
 
+@pytest.mark.slow  # real nginx
 def test_session_cookie_is_secure_exactly_when_nginx_serves_https(nginx_in_front) -> None:
     concierge, direct, proxied, cert = nginx_in_front
     hotel = make_hotel(concierge, direct)
@@ -117,6 +119,7 @@ def test_session_cookie_is_secure_exactly_when_nginx_serves_https(nginx_in_front
     assert ("secure" in cookie.lower()) == proxied.startswith("https://")
 
 
+@pytest.mark.slow  # real redis-server and two instances
 def test_two_instances_sharing_redis_deliver_to_each_other(tmp_path: Path, make_concierge, redis_url: str) -> None:
     state = tmp_path / "shared"
     first, base_a = make_concierge(state=state, pubsub_url=redis_url)
@@ -142,6 +145,7 @@ def test_two_instances_sharing_redis_deliver_to_each_other(tmp_path: Path, make_
         resumed.close()
 
 
+@pytest.mark.slow  # 200 real streams
 def test_200_open_streams_do_not_starve_ordinary_requests(make_concierge) -> None:
     concierge, base = make_concierge(sse_max_streams_per_user=250, sse_heartbeat_seconds=5)
     hotel = make_hotel(concierge, base)
