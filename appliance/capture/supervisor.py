@@ -1,0 +1,345 @@
+"""CaptureSupervisor: starts, watches, restarts and stops the capture process; owns the capture's state.
+
+Errors are states, not crashes: an interface that goes down or vanishes (netlink) turns the status
+into `error` and stops the capture; a capture process that dies is restarted with exponential
+backoff and the error is recorded (`lastError`, `restarts`). Counters of the processes of one
+start add up across restarts.
+
+Runners: `child` (default) spawns `python -m appliance.capture` itself, which needs CAP_NET_RAW in
+the appliance's process; `service` leaves the process to `sensor-capture.service` (systemd restarts
+it) and only writes the spec and reads the status, which must be fresh (a heartbeat).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from appliance.capture import AlreadyRunning, UnknownInterface
+from appliance.capture.interfaces import InterfaceCatalog
+from appliance.capture.linkwatch import LinkWatcher
+from appliance.capture.model import PROTOCOLS, CaptureStatus, StartRequest
+from appliance.capture.runner import identity_of
+from appliance.capture.spec import CA_FILE, CERT_FILE, KEY_FILE, SPEC_FILE, STATUS_FILE, RunnerSpec, read_json, write_json
+from appliance.capture.state import CaptureStateStore, PersistedCapture
+from appliance.console_settings import CaptureSettings
+from appliance.ingest.identity import agent_id_for
+
+log = logging.getLogger(__name__)
+
+INSTALL_ROOT = Path(__file__).resolve().parents[2]
+_COUNTERS = ("packetCount", "byteCount", "droppedCount")
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    """The `capture.*` settings the supervisor needs."""
+
+    internal_networks: tuple[str, ...]
+    runner: Literal["child", "service"] = "child"
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    heartbeat_timeout: float = 5.0
+    tick: float = 0.2
+
+
+@dataclass(frozen=True)
+class StreamTarget:
+    """Where the capture process streams: this appliance's gRPC port."""
+
+    address: str
+    server_name: str
+    insecure: bool
+
+
+class CaptureSupervisor:
+    """The one owner of the capture process and its state (thread-safe)."""
+
+    def __init__(self, control_dir: Path, catalog: InterfaceCatalog, options: CaptureOptions, *,
+                 defaults: Callable[[], CaptureSettings], issue_certificate: Callable[[str], tuple[bytes, bytes]],
+                 ca_pem: bytes, target: Callable[[], StreamTarget], version: str,
+                 python: str = sys.executable) -> None:
+        self._dir = control_dir
+        self._catalog = catalog
+        self._options = options
+        self._defaults = defaults
+        self._issue = issue_certificate
+        self._ca_pem = ca_pem
+        self._target = target
+        self._version = version
+        self._python = python
+        self._store = CaptureStateStore(control_dir)
+        self._lock = threading.RLock()
+        self._state: Literal["idle", "running", "error"] = "idle"
+        self._config = self._store.load()
+        self._active = False          # a capture is wanted (running, or restarting after a crash)
+        self._generation = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc_started = 0.0
+        self._started_at: float | None = None
+        self._restarts = 0
+        self._backoff = options.backoff_initial
+        self._restart_at: float | None = None
+        self._last_error: str | None = None
+        self._last_error_at: float | None = None
+        self._latest: dict[str, Any] = {}       # the current process's last status
+        self._base: dict[str, Any] = {}         # counters of the processes before it (same start)
+        self._stop = threading.Event()
+        self._monitor: threading.Thread | None = None
+        self._links = LinkWatcher(self._on_link_problem)
+        self.events: dict[str, int] = {"process_exits": 0, "link_errors": 0}
+
+    # -- lifecycle (the appliance's start and stop) ---------------------------------------------
+    def start(self) -> None:
+        """Begin watching; resume the persisted capture when autoStart says so."""
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self._dir, 0o700)
+        self._links.start()
+        self._monitor = threading.Thread(target=self._watch, name="capture-supervisor", daemon=True)
+        self._monitor.start()
+        config = self._config
+        if config.autoStart and config.interface:
+            request = StartRequest(interface=config.interface, promiscuous=config.promiscuous,
+                                   snaplen=config.snaplen, bufferSize=config.bufferSize)
+            try:
+                self.begin(request, persist=False)
+            except (UnknownInterface, AlreadyRunning) as err:
+                self._record_error(f"autoStart: {err}")
+                self._state = "error"
+
+    def close(self) -> None:
+        """The appliance stops: end the child process but keep autoStart as it is."""
+        self._stop.set()
+        if self._monitor is not None:
+            self._monitor.join(timeout=5.0)
+        self._links.stop()
+        with self._lock:
+            if self._options.runner == "child":
+                self._write_spec(False)
+                self._end_process()
+
+    # -- operations (REST) ---------------------------------------------------------------------
+    def begin(self, request: StartRequest, *, persist: bool = True) -> CaptureStatus:
+        """Start capturing on `request.interface`; UnknownInterface (422), AlreadyRunning (409)."""
+        with self._lock:
+            if self._active and self._state == "running":
+                raise AlreadyRunning(f"a capture is already running on {self._config.interface}; stop it first")
+            link = self._catalog.find(request.interface)
+            if link is None:
+                names = ", ".join(i.name for i in self._catalog.list())
+                raise UnknownInterface(f"interface: no such interface {request.interface!r} (have {names})")
+            if not link.up:
+                raise UnknownInterface(f"interface: {request.interface} is down (bring it up first)")
+            defaults = self._defaults()
+            self._config = PersistedCapture(
+                autoStart=True, interface=request.interface,
+                promiscuous=defaults.promiscuousMode if request.promiscuous is None else request.promiscuous,
+                snaplen=defaults.maxPacketSize if request.snaplen is None else request.snaplen,
+                bufferSize=defaults.bufferSize if request.bufferSize is None else request.bufferSize,
+            )
+            if persist or not self._store.load().autoStart:
+                self._store.save(self._config)
+            self._end_process()
+            self._write_identity(request.interface)
+            self._active = True
+            self._state = "running"
+            self._last_error = self._last_error_at = None
+            self._restarts = 0
+            self._backoff = self._options.backoff_initial
+            self._restart_at = None
+            self._base, self._latest = {}, {}
+            self._started_at = time.time()
+            self._write_spec(True)
+            if self._options.runner == "child":
+                self._spawn()
+            log.info("capture started interface=%s promiscuous=%s snaplen=%d buffer_mib=%d", self._config.interface,
+                     self._config.promiscuous, self._config.snaplen, self._config.bufferSize)
+            return self.status()
+
+    def end(self) -> CaptureStatus:
+        """Stop capturing (idempotent); autoStart becomes false."""
+        with self._lock:
+            was_active = self._active
+            self._active = False
+            self._state = "idle"
+            self._write_spec(False)
+            self._end_process()
+            self._fold_counters()
+            self._config = self._config.model_copy(update={"autoStart": False})
+            self._store.save(self._config)
+            self._started_at = None
+            if was_active:
+                log.info("capture stopped interface=%s", self._config.interface)
+            return self.status()
+
+    def status(self) -> CaptureStatus:
+        with self._lock:
+            latest = self._latest
+            counters = {name: int(self._base.get(name, 0)) + int(latest.get(name, 0)) for name in _COUNTERS}
+            protocols = {p: int(self._base.get("protocolStats", {}).get(p, 0)) + int(latest.get("protocolStats", {}).get(p, 0))
+                         for p in PROTOCOLS}
+            skipped: dict[str, int] = dict(self._base.get("skipped", {}))
+            for reason, count in latest.get("skipped", {}).items():
+                skipped[reason] = skipped.get(reason, 0) + int(count)
+            interface = self._config.interface
+            running = self._state == "running" and self._started_at is not None
+            pid = self._proc.pid if self._proc is not None and self._proc.poll() is None else latest.get("pid")
+            return CaptureStatus(
+                status=self._state, interface=interface, promiscuous=self._config.promiscuous,
+                snaplen=self._config.snaplen, bufferSize=self._config.bufferSize, autoStart=self._config.autoStart,
+                agentId=agent_id_for(identity_of(interface, "").machine_id, "") if interface else None,
+                protocolStats=protocols, skipped=skipped,
+                uptime=round(time.time() - self._started_at, 3) if running and self._started_at else 0.0,
+                restarts=self._restarts, lastError=self._last_error,
+                lastErrorAt=(dt.datetime.fromtimestamp(self._last_error_at, dt.timezone.utc).isoformat()
+                             if self._last_error_at else None),
+                pid=pid if self._active else None, **counters,
+            )
+
+    # -- internals -------------------------------------------------------------------------------
+    def _record_error(self, message: str) -> None:
+        self._last_error = message
+        self._last_error_at = time.time()
+        log.warning("capture error: %s", message)
+
+    def _write_identity(self, interface: str) -> None:
+        cert_pem, key_pem = self._issue(f"the appliance port {interface}")
+        for name, data in ((CA_FILE, self._ca_pem), (CERT_FILE, cert_pem), (KEY_FILE, key_pem)):
+            path = self._dir / name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+
+    def _write_spec(self, running: bool) -> None:
+        self._generation += 1
+        if self._config.interface is None:
+            return
+        target = self._target()
+        spec = RunnerSpec(
+            running=running, generation=self._generation, interface=self._config.interface,
+            promiscuous=self._config.promiscuous, snaplen=self._config.snaplen,
+            buffer_bytes=self._config.bufferSize * 1024 * 1024, target=target.address,
+            server_name=target.server_name, insecure=target.insecure,
+            internal_networks=list(self._options.internal_networks), version=self._version,
+        )
+        write_json(self._dir / SPEC_FILE, spec.model_dump())
+
+    def _spawn(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(INSTALL_ROOT)}
+        self._proc = subprocess.Popen(
+            [self._python, "-m", "appliance.capture", "--control-dir", str(self._dir)],
+            cwd=INSTALL_ROOT, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        self._proc_started = time.monotonic()
+        log.info("capture process started pid=%d", self._proc.pid)
+
+    def _end_process(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=8.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5.0)
+
+    def _fold_counters(self) -> None:
+        """Add the last process's counters to the base (it is gone; the next one counts from zero)."""
+        latest, base = self._latest, self._base
+        for name in _COUNTERS:
+            base[name] = int(base.get(name, 0)) + int(latest.get(name, 0))
+        for key in ("protocolStats", "skipped"):
+            merged: dict[str, int] = dict(base.get(key, {}))
+            for name, count in latest.get(key, {}).items():
+                merged[name] = merged.get(name, 0) + int(count)
+            base[key] = merged
+        self._latest = {}
+
+    def _on_link_problem(self, name: str, problem: str) -> None:
+        with self._lock:
+            if not self._active or name != self._config.interface:
+                return
+            self.events["link_errors"] += 1
+            self._fail(problem)
+
+    def _fail(self, problem: str) -> None:
+        """The capture cannot go on: error state, process ended, autoStart kept (a restart tries again)."""
+        self._record_error(problem)
+        self._active = False
+        self._state = "error"
+        self._write_spec(False)
+        self._end_process()
+        self._fold_counters()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self._options.tick):
+            try:
+                with self._lock:
+                    if self._active:
+                        self._check()
+            except Exception:  # the supervisor must outlive any surprise; the next tick tries again
+                log.exception("capture supervisor tick failed")
+
+    def _check(self) -> None:
+        interface = self._config.interface or ""
+        try:
+            socket.if_nametoindex(interface)
+        except OSError:  # the netlink event may have been missed (socket overrun): the same outcome
+            self.events["link_errors"] += 1
+            self._fail(f"interface {interface} no longer exists")
+            return
+        status = read_json(self._dir / STATUS_FILE)
+        runner_error = ""
+        if status is not None and status.get("generation") == self._generation:
+            if status.get("state") == "running":
+                self._latest = status
+                if self._state == "error" and self._restart_at is None:
+                    self._state = "running"
+            elif status.get("state") == "error" and status.get("error"):
+                runner_error = str(status["error"])
+        if self._options.runner == "service":
+            beat = float(status.get("heartbeat", 0)) if status else 0.0
+            if time.time() - beat > self._options.heartbeat_timeout:
+                if self._state != "error":
+                    self._record_error(runner_error or "sensor-capture.service has not reported for "
+                                       f"{self._options.heartbeat_timeout:.0f} s")
+                self._state = "error"
+            elif self._state == "error":
+                self._state = "running"
+            return
+        now = time.monotonic()
+        if self._restart_at is not None:
+            if now >= self._restart_at:
+                self._restart_at = None
+                self._restarts += 1
+                self._write_spec(True)
+                self._spawn()
+                self._state = "running"
+            return
+        proc = self._proc
+        if proc is None or proc.poll() is None:
+            if proc is not None and now - self._proc_started > self._options.backoff_max:
+                self._backoff = self._options.backoff_initial  # it has run for a while: forgive the past
+            return
+        code = proc.returncode
+        self.events["process_exits"] += 1
+        how = f"signal {-code}" if code < 0 else f"exit code {code}"
+        self._record_error(f"capture process {proc.pid} died ({how}); restarting in {self._backoff:.1f} s"
+                           + (f": {runner_error}" if runner_error else ""))
+        self._proc = None
+        self._fold_counters()
+        self._state = "error"
+        self._restart_at = now + self._backoff
+        self._backoff = min(self._backoff * 2, self._options.backoff_max)
