@@ -41,10 +41,13 @@ class InterfaceCatalog:
         for link in links:
             name = link.get_attr("IFLA_IFNAME")
             flags = int(link["flags"])
+            # A packet socket's promiscuous membership raises the promiscuity count but not the
+            # IFF_PROMISC flag that netlink reports (that one is only the administrator's setting).
+            promiscuous = bool(flags & IFF_PROMISC) or int(link.get_attr("IFLA_PROMISCUITY") or 0) > 0
             found.append(CaptureInterface(
                 name=name, index=link["index"], state=str(link.get_attr("IFLA_OPERSTATE") or "UNKNOWN").lower(),
                 up=bool(flags & IFF_UP), mac=link.get_attr("IFLA_ADDRESS"), addresses=addresses.get(link["index"], []),
-                speed=_speed(name), promiscuous=bool(flags & IFF_PROMISC), mtu=link.get_attr("IFLA_MTU"),
+                speed=_speed(name), promiscuous=promiscuous, mtu=link.get_attr("IFLA_MTU"),
             ))
         return sorted(found, key=lambda i: i.index)
 

@@ -47,15 +47,22 @@ class LinkWatcher:
                 readable, _, _ = select.select([ipr.fileno()], [], [], 0.25)
                 if not readable:
                     continue
+                # A deleted link is first closed (RTM_NEWLINK without IFF_UP), then RTM_DELLINK'd: within
+                # one read the deletion wins, so the message says what really happened.
+                problems: dict[str, str] = {}
                 for message in ipr.get():
                     event = message.get("event")
                     name = message.get_attr("IFLA_IFNAME")
                     if not name or event not in ("RTM_NEWLINK", "RTM_DELLINK"):
                         continue
                     if event == "RTM_DELLINK":
-                        self._on_change(name, f"interface {name} vanished (netlink RTM_DELLINK)")
+                        problems[name] = f"interface {name} vanished (netlink RTM_DELLINK)"
                     elif not int(message["flags"]) & IFF_UP:
-                        self._on_change(name, f"interface {name} went down (netlink RTM_NEWLINK without IFF_UP)")
+                        problems.setdefault(name, f"interface {name} went down (netlink RTM_NEWLINK without IFF_UP)")
+                    else:
+                        problems.pop(name, None)
+                for name, problem in problems.items():
+                    self._on_change(name, problem)
         except Exception:  # the watch is a safety net: log once, the periodic existence check remains
             log.exception("capture link watch failed")
         finally:

@@ -272,6 +272,12 @@ class CaptureSupervisor:
             if not self._active or name != self._config.interface:
                 return
             self.events["link_errors"] += 1
+            if "went down" in problem:
+                time.sleep(0.1)  # a deletion closes the link first: tell the two apart
+                try:
+                    socket.if_nametoindex(name)
+                except OSError:
+                    problem = f"interface {name} vanished (netlink)"
             self._fail(problem)
 
     def _fail(self, problem: str) -> None:
