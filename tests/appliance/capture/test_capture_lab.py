@@ -156,9 +156,8 @@ def test_a_mirror_port_is_captured_counted_analysed_restarted_and_resumed(lab: L
         agent_id = after["agentId"]
         status, agent = running.rest.get(f"/api/v1/agents/{agent_id}")
         assert status == 200 and agent["hostname"] == f"the appliance port {lab.root_if}", agent
-        if shutil.which("iodined") and shutil.which("ptunnel-ng"):
-            found = _tunnels_raise_alerts(lab, running, agent_id, tmp_path)
-            assert found, found
+        assert shutil.which("iodined") and shutil.which("ptunnel-ng"), "make sysdeps-test installs iodine and ptunnel-ng"
+        assert _tunnels_raise_alerts(lab, running, agent_id, tmp_path)
 
         # A capture process that dies is restarted with backoff and the death is recorded.
         pid = status_of(running)["pid"]
@@ -249,5 +248,31 @@ def test_an_interface_deleted_while_capturing_turns_the_status_into_error(lab: L
         status, body = running.rest.post("/api/v1/capture/start", {"interface": lab.root_if})
         assert status == 422 and body["field"] == "interface"
         assert running.rest.get("/api/status")[0] == 200
+    finally:
+        running.app.stop()
+
+
+def test_kernel_drops_are_counted_when_the_capture_falls_behind(lab: Lab, tmp_path: Path) -> None:
+    """A capture process that cannot read (stopped) lets its 1 MiB socket buffer overflow: the kernel's drops show."""
+    _, outside = lab.link
+    running = capture_appliance(lab, tmp_path)
+    try:
+        start_capture(running, lab, bufferSize=1)
+        lab.spawn(lab.peer_ns, PYTHON, "-c", UDP_SINK, outside)
+        lab.wait_port(lab.peer_ns, 9999, "udp")
+        before = settled(running)
+        pid = before["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            burst = json.loads(lab.ns(lab.agent_ns, PYTHON, str(TRAFFIC), "burst", outside, "9999", "20000").stdout)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        after = settled(running)
+        captured = after["protocolStats"]["UDP"] - before["protocolStats"]["UDP"]
+        dropped = after["droppedCount"] - before["droppedCount"]
+        assert dropped > 0 and captured > 0, after
+        # Every datagram sent is either captured or counted as dropped by the kernel (nothing else talks).
+        assert captured + dropped == burst["sent"] == 20000, (captured, dropped)
+        assert after["status"] == "running" and after["restarts"] == 0
     finally:
         running.app.stop()

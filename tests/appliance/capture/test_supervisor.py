@@ -1,0 +1,94 @@
+"""The supervisor's own rules with real processes: restart backoff, service-mode heartbeat, persisted state."""
+
+from __future__ import annotations
+
+import json
+import stat
+import time
+from pathlib import Path
+
+from appliance.capture.interfaces import InterfaceCatalog
+from appliance.capture.model import StartRequest
+from appliance.capture.supervisor import CaptureOptions, CaptureSupervisor, StreamTarget
+from appliance.console_settings import CaptureSettings
+from appliance.pki import CertificateAuthority
+from tests.polling import wait_for
+
+
+def supervisor(tmp: Path, python: str, **options: object) -> CaptureSupervisor:
+    ca = CertificateAuthority.ensure(tmp / "certs", ["localhost"])
+
+    def issue(name: str) -> tuple[bytes, bytes]:
+        issued = ca.issue_agent(name)
+        return issued.cert_pem, issued.key_pem
+
+    return CaptureSupervisor(
+        tmp / "capture", InterfaceCatalog(), CaptureOptions(("10.0.0.0/8",), **options),  # type: ignore[arg-type]
+        defaults=CaptureSettings, issue_certificate=issue, ca_pem=ca.ca_pem,
+        target=lambda: StreamTarget("127.0.0.1:1", "localhost", False), version="test", python=python,
+    )
+
+
+def test_a_capture_process_that_keeps_dying_is_restarted_with_growing_backoff(tmp_path: Path) -> None:
+    # /bin/false stands for a capture process that dies at once (exit code 1) every time.
+    sup = supervisor(tmp_path, "/bin/false", backoff_initial=0.1, backoff_max=0.4, tick=0.02)
+    sup.start()
+    try:
+        reply = sup.begin(StartRequest(interface="lo"))
+        assert reply.status == "running" and reply.autoStart is True
+        assert wait_for(lambda: sup.status().restarts >= 4, 10), sup.status()
+        status = sup.status()
+        assert status.lastError and "died (exit code 1); restarting in 0.4 s" in status.lastError
+        assert sup.events["process_exits"] >= 4
+    finally:
+        sup.end()
+        sup.close()
+    assert sup.status().status == "idle" and sup.status().autoStart is False
+
+
+def test_the_identity_and_spec_files_are_private_and_name_the_port(tmp_path: Path) -> None:
+    sup = supervisor(tmp_path, "/bin/false", backoff_initial=5.0)
+    sup.start()
+    try:
+        sup.begin(StartRequest(interface="lo", snaplen=128))
+        control = tmp_path / "capture"
+        assert stat.S_IMODE(control.stat().st_mode) == 0o700
+        for name in ("capture.key", "capture.pem", "spec.json", "capture.json"):
+            assert stat.S_IMODE((control / name).stat().st_mode) == 0o600, name
+        from cryptography import x509
+        cert = x509.load_pem_x509_certificate((control / "capture.pem").read_bytes())
+        assert cert.subject.rfc4514_string() == "CN=the appliance port lo"
+        spec = json.loads((control / "spec.json").read_text())
+        assert spec["running"] is True and spec["interface"] == "lo" and spec["snaplen"] == 128
+        assert spec["buffer_bytes"] == CaptureSettings().bufferSize * 1024 * 1024  # from the console settings
+    finally:
+        sup.close()
+
+
+def test_service_mode_reports_a_silent_service_as_an_error_and_resumes_after_restart(tmp_path: Path) -> None:
+    sup = supervisor(tmp_path, "/bin/false", runner="service", heartbeat_timeout=0.3, tick=0.05)
+    sup.start()
+    try:
+        sup.begin(StartRequest(interface="lo"))
+        failed = wait_for(lambda: sup.status().status == "error", 5)
+        assert failed and "sensor-capture.service has not reported" in (sup.status().lastError or "")
+        # The service writes its status: the capture counts as running again.
+        spec = json.loads((tmp_path / "capture" / "spec.json").read_text())
+        status_file = tmp_path / "capture" / "status.json"
+
+        def beat() -> bool:
+            status_file.write_text(json.dumps({"generation": spec["generation"], "state": "running", "pid": 1,
+                                               "heartbeat": time.time(), "packetCount": 3, "byteCount": 300}))
+            return sup.status().status == "running"
+
+        assert wait_for(beat, 5)
+        assert sup.status().packetCount == 3
+    finally:
+        sup.close()
+    # Closing the appliance in service mode leaves the service's spec alone; autoStart stays for the next start.
+    again = supervisor(tmp_path, "/bin/false", runner="service", heartbeat_timeout=0.3, tick=0.05)
+    again.start()
+    try:
+        assert again.status().interface == "lo" and again.status().autoStart is True
+    finally:
+        again.close()
