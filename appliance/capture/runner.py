@@ -30,6 +30,10 @@ from appliance.capture.spec import CA_FILE, CERT_FILE, KEY_FILE, SPEC_FILE, STAT
 log = logging.getLogger(__name__)
 
 STATUS_INTERVAL = 0.5
+# Exit codes the supervisor reads: 1 = this attempt failed (restart with backoff); 3 = no attempt can
+# succeed (no CAP_NET_RAW), so the supervisor records the error and does not restart.
+EXIT_FAILED = 1
+EXIT_NOT_PERMITTED = 3
 _HTTP_STARTS = (b"GET ", b"POST ", b"HEAD ", b"PUT ", b"DELETE ", b"OPTIONS ", b"PATCH ", b"CONNECT ", b"HTTP/1.")
 _TCP, _UDP, _DNS, _HTTP, _TLS, _ICMP = range(6)
 
@@ -130,7 +134,7 @@ class CaptureRunner:
                 message = f"capture on {spec.interface} failed: {err}"
                 log.error("%s", message)
                 self._write(spec, "error", message)
-                return 1
+                return EXIT_NOT_PERMITTED if "CAP_NET_RAW" in str(err) else EXIT_FAILED
         return 0
 
     def _capture(self, spec: RunnerSpec, mtime: int) -> None:

@@ -30,7 +30,7 @@ from appliance.capture import AlreadyRunning, UnknownInterface
 from appliance.capture.interfaces import InterfaceCatalog
 from appliance.capture.linkwatch import LinkWatcher
 from appliance.capture.model import PROTOCOLS, CaptureStatus, StartRequest
-from appliance.capture.runner import identity_of
+from appliance.capture.runner import EXIT_NOT_PERMITTED, identity_of
 from appliance.capture.spec import CA_FILE, CERT_FILE, KEY_FILE, SPEC_FILE, STATUS_FILE, RunnerSpec, read_json, write_json
 from appliance.capture.state import CaptureStateStore, PersistedCapture
 from appliance.console_settings import CaptureSettings
@@ -113,10 +113,11 @@ class CaptureSupervisor:
             request = StartRequest(interface=config.interface, promiscuous=config.promiscuous,
                                    snaplen=config.snaplen, bufferSize=config.bufferSize)
             try:
-                self.begin(request, persist=False)
+                self.begin(request)
             except (UnknownInterface, AlreadyRunning) as err:
-                self._record_error(f"autoStart: {err}")
-                self._state = "error"
+                with self._lock:  # the interface is gone or down: an error to show, autoStart kept for next time
+                    self._record_error(f"autoStart: {err}")
+                    self._state = "error"
 
     def close(self) -> None:
         """The appliance stops: end the child process but keep autoStart as it is."""
@@ -130,7 +131,7 @@ class CaptureSupervisor:
                 self._end_process()
 
     # -- operations (REST) ---------------------------------------------------------------------
-    def begin(self, request: StartRequest, *, persist: bool = True) -> CaptureStatus:
+    def begin(self, request: StartRequest) -> CaptureStatus:
         """Start capturing on `request.interface`; UnknownInterface (422), AlreadyRunning (409)."""
         with self._lock:
             if self._active and self._state == "running":
@@ -148,8 +149,7 @@ class CaptureSupervisor:
                 snaplen=defaults.maxPacketSize if request.snaplen is None else request.snaplen,
                 bufferSize=defaults.bufferSize if request.bufferSize is None else request.bufferSize,
             )
-            if persist or not self._store.load().autoStart:
-                self._store.save(self._config)
+            self._store.save(self._config)
             self._end_process()
             self._write_identity(request.interface)
             self._active = True
@@ -341,10 +341,13 @@ class CaptureSupervisor:
             return
         code = proc.returncode
         self.events["process_exits"] += 1
+        self._proc = None
+        if code == EXIT_NOT_PERMITTED:  # restarting cannot help: say so once and stay in error
+            self._fail(runner_error or f"capture process {proc.pid} is not permitted to capture (no CAP_NET_RAW)")
+            return
         how = f"signal {-code}" if code < 0 else f"exit code {code}"
         self._record_error(f"capture process {proc.pid} died ({how}); restarting in {self._backoff:.1f} s"
                            + (f": {runner_error}" if runner_error else ""))
-        self._proc = None
         self._fold_counters()
         self._state = "error"
         self._restart_at = now + self._backoff

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.agents.netns import Lab, lab_available
+from tests.agents.tunnels import start_tunnel_servers, tunnel_round
 from tests.appliance.capture.mirror import mirror_link_onto_uplink, sent_by_protocol, snmp
 from tests.conftest import RunningAppliance, start_appliance
 from tests.polling import wait_for
@@ -202,9 +203,7 @@ def _tunnels_raise_alerts(lab: Lab, running: RunningAppliance, agent_id: str, tm
     _, outside = lab.link
     tunnel_dns = outside.rsplit(".", 1)[0] + ".3"  # a second address: dnsmasq keeps port 53 of the first
     lab.ns(lab.peer_ns, "ip", "addr", "add", f"{tunnel_dns}/24", "dev", "eth0")
-    lab.spawn(lab.peer_ns, "iodined", "-f", "-c", "-l", tunnel_dns, "-P", "labsecret", f"10.98.{lab.index}.1/27",
-              "t.tunnel.lab", log=tmp / "iodined.log")
-    lab.spawn(lab.peer_ns, "ptunnel-ng", "-r" + outside, "-R8080", "-v1", log=tmp / "ptunnel-server.log")
+    start_tunnel_servers(lab, tunnel_dns, outside, tmp)
     wanted = {"DnsTunneling", "IcmpCovertChannel"}
 
     def categories() -> set[str]:
@@ -213,17 +212,7 @@ def _tunnels_raise_alerts(lab: Lab, running: RunningAppliance, agent_id: str, tm
         return {a["category"] for a in body["alerts"]}
 
     for _ in range(3):  # a loaded machine moves fewer bytes through the tunnels: give it more rounds
-        iodine = lab.spawn(lab.agent_ns, "iodine", "-f", "-r", "-P", "labsecret", tunnel_dns, "t.tunnel.lab",
-                           log=tmp / "iodine.log")
-        ptunnel = lab.spawn(lab.agent_ns, "ptunnel-ng", "-p" + outside, "-l8000", "-r" + outside, "-R8080", "-v1",
-                            log=tmp / "ptunnel-client.log")
-        lab.wait_port(lab.agent_ns, 8000)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            lab.ns(lab.agent_ns, "curl", "-s", "-o", "/dev/null", "--max-time", "2", "http://127.0.0.1:8000/", check=False)
-            lab.ns(lab.agent_ns, PYTHON, str(TRAFFIC), "icmp", f"10.98.{lab.index}.1", "2", check=False)
-        lab.stop(iodine)
-        lab.stop(ptunnel)
+        tunnel_round(lab, tunnel_dns, outside, tmp)
         if wait_for(lambda: wanted <= categories(), 15):
             break
     status, body = running.rest.get(f"/api/v1/alerts?agent_id={agent_id}&limit=1000")

@@ -92,3 +92,21 @@ def test_service_mode_reports_a_silent_service_as_an_error_and_resumes_after_res
         assert again.status().interface == "lo" and again.status().autoStart is True
     finally:
         again.close()
+
+
+def test_a_capture_process_without_cap_net_raw_is_not_restarted_and_says_so(tmp_path: Path) -> None:
+    # Stands for the capture process's answer when it may not open AF_PACKET (exit code 3).
+    script = tmp_path / "no-capability"
+    script.write_text("#!/bin/sh\nexit 3\n")
+    script.chmod(0o755)
+    sup = supervisor(tmp_path, str(script), backoff_initial=0.05, tick=0.02)
+    sup.start()
+    try:
+        sup.begin(StartRequest(interface="lo"))
+        assert wait_for(lambda: sup.status().status == "error", 5)
+        time.sleep(0.3)
+        status = sup.status()
+        assert status.restarts == 0 and sup.events["process_exits"] == 1 and status.pid is None
+        assert "not permitted to capture (no CAP_NET_RAW)" in (status.lastError or "")
+    finally:
+        sup.close()
