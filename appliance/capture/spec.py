@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 SPEC_FILE = "spec.json"
 STATUS_FILE = "status.json"
@@ -36,6 +36,39 @@ class RunnerSpec(BaseModel):
     insecure: bool = False
     internal_networks: list[str]
     version: str = ""
+
+
+Count = Annotated[int, Field(ge=0, le=1 << 62)]
+
+
+class RunnerStatus(BaseModel):
+    """What the capture process reports; parsed whole by the supervisor (another process wrote it)."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+    generation: int
+    state: Literal["idle", "running", "error"]
+    error: Annotated[str, Field(max_length=2000)] | None = None
+    pid: int | None = None
+    heartbeat: float = 0.0
+    packetCount: Count = 0
+    byteCount: Count = 0
+    droppedCount: Count = 0
+    protocolStats: Annotated[dict[Annotated[str, Field(max_length=16)], Count], Field(max_length=16)] = Field(
+        default_factory=dict)
+    skipped: Annotated[dict[Annotated[str, Field(max_length=32)], Count], Field(max_length=32)] = Field(
+        default_factory=dict)
+
+    @classmethod
+    def read(cls, path: Path) -> RunnerStatus | None:
+        """The status at `path`; None when missing, unreadable or not a valid status."""
+        data = read_json(path)
+        if data is None:
+            return None
+        try:
+            return cls.model_validate(data)
+        except ValidationError:
+            return None
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:

@@ -22,16 +22,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from appliance.capture import AlreadyRunning, UnknownInterface
 from appliance.capture.interfaces import InterfaceCatalog
 from appliance.capture.linkwatch import LinkWatcher
 from appliance.capture.model import PROTOCOLS, CaptureStatus, StartRequest
 from appliance.capture.runner import EXIT_NOT_PERMITTED, identity_of
-from appliance.capture.spec import CA_FILE, CERT_FILE, KEY_FILE, SPEC_FILE, STATUS_FILE, RunnerSpec, read_json, write_json
+from appliance.capture.spec import CA_FILE, CERT_FILE, KEY_FILE, SPEC_FILE, STATUS_FILE, RunnerSpec, RunnerStatus, write_json
 from appliance.capture.state import CaptureStateStore, PersistedCapture
 from appliance.console_settings import CaptureSettings
 from appliance.ingest.identity import agent_id_for
@@ -39,7 +39,28 @@ from appliance.ingest.identity import agent_id_for
 log = logging.getLogger(__name__)
 
 INSTALL_ROOT = Path(__file__).resolve().parents[2]
-_COUNTERS = ("packetCount", "byteCount", "droppedCount")
+
+
+@dataclass
+class Counters:
+    """Counters of one start, summed over the capture processes it took."""
+
+    packetCount: int = 0
+    byteCount: int = 0
+    droppedCount: int = 0
+    protocolStats: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PROTOCOLS, 0))
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def plus(self, status: RunnerStatus | None) -> Counters:
+        if status is None:
+            return Counters(self.packetCount, self.byteCount, self.droppedCount, dict(self.protocolStats),
+                            dict(self.skipped))
+        protocols = {p: self.protocolStats.get(p, 0) + status.protocolStats.get(p, 0) for p in PROTOCOLS}
+        skipped = dict(self.skipped)
+        for reason, count in status.skipped.items():
+            skipped[reason] = skipped.get(reason, 0) + count
+        return Counters(self.packetCount + status.packetCount, self.byteCount + status.byteCount,
+                        self.droppedCount + status.droppedCount, protocols, skipped)
 
 
 @dataclass(frozen=True)
@@ -93,8 +114,8 @@ class CaptureSupervisor:
         self._restart_at: float | None = None
         self._last_error: str | None = None
         self._last_error_at: float | None = None
-        self._latest: dict[str, Any] = {}       # the current process's last status
-        self._base: dict[str, Any] = {}         # counters of the processes before it (same start)
+        self._latest: RunnerStatus | None = None  # the current process's last status
+        self._base = Counters()                   # counters of the processes before it (same start)
         self._stop = threading.Event()
         self._monitor: threading.Thread | None = None
         self._links = LinkWatcher(self._on_link_problem)
@@ -158,7 +179,7 @@ class CaptureSupervisor:
             self._restarts = 0
             self._backoff = self._options.backoff_initial
             self._restart_at = None
-            self._base, self._latest = {}, {}
+            self._base, self._latest = Counters(), None
             self._started_at = time.time()
             self._write_spec(True)
             if self._options.runner == "child":
@@ -185,26 +206,22 @@ class CaptureSupervisor:
 
     def status(self) -> CaptureStatus:
         with self._lock:
-            latest = self._latest
-            counters = {name: int(self._base.get(name, 0)) + int(latest.get(name, 0)) for name in _COUNTERS}
-            protocols = {p: int(self._base.get("protocolStats", {}).get(p, 0)) + int(latest.get("protocolStats", {}).get(p, 0))
-                         for p in PROTOCOLS}
-            skipped: dict[str, int] = dict(self._base.get("skipped", {}))
-            for reason, count in latest.get("skipped", {}).items():
-                skipped[reason] = skipped.get(reason, 0) + int(count)
+            counters = self._base.plus(self._latest)
             interface = self._config.interface
             running = self._state == "running" and self._started_at is not None
-            pid = self._proc.pid if self._proc is not None and self._proc.poll() is None else latest.get("pid")
+            pid = (self._proc.pid if self._proc is not None and self._proc.poll() is None
+                   else self._latest.pid if self._latest is not None else None)
             return CaptureStatus(
                 status=self._state, interface=interface, promiscuous=self._config.promiscuous,
                 snaplen=self._config.snaplen, bufferSize=self._config.bufferSize, autoStart=self._config.autoStart,
                 agentId=agent_id_for(identity_of(interface, "").machine_id, "") if interface else None,
-                protocolStats=protocols, skipped=skipped,
+                packetCount=counters.packetCount, byteCount=counters.byteCount, droppedCount=counters.droppedCount,
+                protocolStats=counters.protocolStats, skipped=counters.skipped,
                 uptime=round(time.time() - self._started_at, 3) if running and self._started_at else 0.0,
                 restarts=self._restarts, lastError=self._last_error,
                 lastErrorAt=(dt.datetime.fromtimestamp(self._last_error_at, dt.timezone.utc).isoformat()
                              if self._last_error_at else None),
-                pid=pid if self._active else None, **counters,
+                pid=pid if self._active else None,
             )
 
     # -- internals -------------------------------------------------------------------------------
@@ -257,15 +274,8 @@ class CaptureSupervisor:
 
     def _fold_counters(self) -> None:
         """Add the last process's counters to the base (it is gone; the next one counts from zero)."""
-        latest, base = self._latest, self._base
-        for name in _COUNTERS:
-            base[name] = int(base.get(name, 0)) + int(latest.get(name, 0))
-        for key in ("protocolStats", "skipped"):
-            merged: dict[str, int] = dict(base.get(key, {}))
-            for name, count in latest.get(key, {}).items():
-                merged[name] = merged.get(name, 0) + int(count)
-            base[key] = merged
-        self._latest = {}
+        self._base = self._base.plus(self._latest)
+        self._latest = None
 
     def _on_link_problem(self, name: str, problem: str) -> None:
         with self._lock:
@@ -306,17 +316,17 @@ class CaptureSupervisor:
             self.events["link_errors"] += 1
             self._fail(f"interface {interface} no longer exists")
             return
-        status = read_json(self._dir / STATUS_FILE)
+        status = RunnerStatus.read(self._dir / STATUS_FILE)
         runner_error = ""
-        if status is not None and status.get("generation") == self._generation:
-            if status.get("state") == "running":
+        if status is not None and status.generation == self._generation:
+            if status.state == "running":
                 self._latest = status
                 if self._state == "error" and self._restart_at is None:
                     self._state = "running"
-            elif status.get("state") == "error" and status.get("error"):
-                runner_error = str(status["error"])
+            elif status.state == "error" and status.error:
+                runner_error = status.error
         if self._options.runner == "service":
-            beat = float(status.get("heartbeat", 0)) if status else 0.0
+            beat = status.heartbeat if status is not None else 0.0
             if time.time() - beat > self._options.heartbeat_timeout:
                 if self._state != "error":
                     self._record_error(runner_error or "sensor-capture.service has not reported for "

@@ -265,3 +265,43 @@ def test_kernel_drops_are_counted_when_the_capture_falls_behind(lab: Lab, tmp_pa
         assert after["status"] == "running" and after["restarts"] == 0
     finally:
         running.app.stop()
+
+
+def test_service_mode_captures_with_cap_net_raw_alone_promiscuous_included(lab: Lab, tmp_path: Path) -> None:
+    """`capture.runner: service`: the test runs the capture process as sensor-capture.service would, with
+    every capability but CAP_NET_RAW dropped; the appliance only writes the spec and reads the status."""
+    if shutil.which("setpriv") is None:
+        pytest.fail("setpriv (util-linux) is needed to drop capabilities")
+    _, outside = lab.link
+    inside, _ = lab.link
+    running = start_appliance(tmp_path, capture={"internal_networks": [f"{inside}/32"], "runner": "service"})
+    control = running.app.settings.paths.state_dir / "capture"
+    service = subprocess.Popen(
+        ["setpriv", "--bounding-set=-all,+net_raw", "--inh-caps=-all,+net_raw", PYTHON, "-m", "appliance.capture",
+         "--control-dir", str(control)], cwd=ROOT, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        # Once setpriv has exec'd the capture (a status file is written), its capabilities are what it keeps.
+        assert wait_for(lambda: _status_file(running).get("pid") == service.pid, 10), "the service did not report"
+        effective = [line for line in Path(f"/proc/{service.pid}/status").read_text().splitlines()
+                     if line.startswith("CapEff:")]
+        assert effective == ["CapEff:\t0000000000002000"], effective  # CAP_NET_RAW (13) only
+        status, reply = running.rest.post("/api/v1/capture/start", {"interface": lab.root_if, "promiscuous": True})
+        assert status == 200, reply
+        up = wait_for(lambda: (s := status_of(running))["status"] == "running" and s["pid"] == service.pid and s, 10)
+        assert up, status_of(running)
+        assert wait_for(lambda: {i["name"]: i for i in running.rest.get("/api/v1/capture/interfaces")[1]["interfaces"]}
+                        [lab.root_if]["promiscuous"], 5)
+        lab.ns(lab.agent_ns, PYTHON, str(TRAFFIC), "icmp", outside, "3")
+        counted = wait_for(lambda: (s := status_of(running))["protocolStats"]["ICMP"] >= 6 and s, 10)
+        assert counted and counted["protocolStats"]["ICMP"] == 6, status_of(running)
+        status, stopped = running.rest.post("/api/v1/capture/stop", {})
+        assert status == 200 and stopped["status"] == "idle"
+        # The service stays up, idle; the kernel dropped the promiscuous membership with the socket.
+        assert wait_for(lambda: not {i["name"]: i for i in running.rest.get("/api/v1/capture/interfaces")[1]["interfaces"]}
+                        [lab.root_if]["promiscuous"], 5)
+        assert wait_for(lambda: _status_file(running).get("state") == "idle", 5)
+        assert service.poll() is None
+    finally:
+        service.terminate()
+        service.wait(timeout=10)
+        running.app.stop()

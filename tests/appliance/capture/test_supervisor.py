@@ -110,3 +110,31 @@ def test_a_capture_process_without_cap_net_raw_is_not_restarted_and_says_so(tmp_
         assert "not permitted to capture (no CAP_NET_RAW)" in (status.lastError or "")
     finally:
         sup.close()
+
+
+def test_a_hostile_status_file_is_ignored_and_the_supervisor_keeps_serving(tmp_path: Path) -> None:
+    """status.json is written by another, less trusted process: nothing in it may break the supervisor."""
+    sup = supervisor(tmp_path, "/bin/false", runner="service", heartbeat_timeout=0.5, tick=0.02)
+    sup.start()
+    try:
+        sup.begin(StartRequest(interface="lo"))
+        spec = json.loads((tmp_path / "capture" / "spec.json").read_text())
+        status_file = tmp_path / "capture" / "status.json"
+        good = {"generation": spec["generation"], "state": "running", "heartbeat": time.time(), "packetCount": 5}
+        hostile = [
+            b"\xff\xfe not json", b"[1, 2, 3]", b"{" * 100_000, json.dumps({**good, "packetCount": "many"}).encode(),
+            json.dumps({**good, "packetCount": -1}).encode(), json.dumps({**good, "packetCount": 1 << 70}).encode(),
+            json.dumps({**good, "protocolStats": {f"k{i}": 1 for i in range(1000)}}).encode(),
+            json.dumps({**good, "state": "exploded"}).encode(), json.dumps({**good, "heartbeat": "soon"}).encode(),
+            json.dumps({**good, "error": "x" * 100_000, "state": "error"}).encode(),
+        ]
+        for payload in hostile:
+            status_file.write_bytes(payload)
+            time.sleep(0.06)
+            reply = sup.status()
+            assert reply.packetCount == 0, payload[:60]
+        assert wait_for(lambda: sup.status().status == "error", 5)
+        status_file.write_text(json.dumps({**good, "heartbeat": time.time()}))
+        assert wait_for(lambda: sup.status().packetCount == 5 and sup.status().status == "running", 5)
+    finally:
+        sup.close()
