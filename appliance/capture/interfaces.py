@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Literal
 
 from appliance.capture.model import CaptureInterface, InterfaceAddress
 
@@ -32,7 +33,7 @@ class InterfaceCatalog:
             links = ipr.get_links()
             addresses: dict[int, list[InterfaceAddress]] = {}
             for addr in ipr.get_addr():
-                family = "ipv4" if addr["family"] == socket.AF_INET else "ipv6"
+                family: Literal["ipv4", "ipv6"] = "ipv4" if addr["family"] == socket.AF_INET else "ipv6"
                 value = addr.get_attr("IFA_LOCAL") or addr.get_attr("IFA_ADDRESS")
                 if value:
                     addresses.setdefault(addr["index"], []).append(
