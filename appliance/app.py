@@ -333,6 +333,7 @@ def build(settings: Settings) -> Appliance:
                        settings.capture.restart_backoff_initial, settings.capture.restart_backoff_max),
         defaults=lambda: console_settings.current.capture, issue_certificate=issue_capture_certificate,
         ca_pem=ca.ca_pem, target=capture_target, version=__version__,
+        resume_allowed=lambda: console_settings.current.general.autoStart,
     )
     routes_capture.install(api, supervisor=capture, catalog=capture_catalog)
     appliance = Appliance(

@@ -90,7 +90,9 @@ class CaptureSupervisor:
     def __init__(self, control_dir: Path, catalog: InterfaceCatalog, options: CaptureOptions, *,
                  defaults: Callable[[], CaptureSettings], issue_certificate: Callable[[str], tuple[bytes, bytes]],
                  ca_pem: bytes, target: Callable[[], StreamTarget], version: str,
-                 python: str = sys.executable) -> None:
+                 resume_allowed: Callable[[], bool] = lambda: True, python: str = sys.executable) -> None:
+        """`resume_allowed`: whether a capture running at the last stop starts again now (the console's
+        general.autoStart)."""
         self._dir = control_dir
         self._catalog = catalog
         self._options = options
@@ -100,6 +102,7 @@ class CaptureSupervisor:
         self._target = target
         self._version = version
         self._python = python
+        self._resume_allowed = resume_allowed
         self._store = CaptureStateStore(control_dir)
         self._lock = threading.RLock()
         self._state: Literal["idle", "running", "error"] = "idle"
@@ -130,7 +133,9 @@ class CaptureSupervisor:
         self._monitor = threading.Thread(target=self._watch, name="capture-supervisor", daemon=True)
         self._monitor.start()
         config = self._config
-        if config.autoStart and config.interface:
+        if config.autoStart and config.interface and not self._resume_allowed():
+            log.info("capture on %s not resumed: the console settings' general.autoStart is off", config.interface)
+        elif config.autoStart and config.interface:
             request = StartRequest(interface=config.interface, promiscuous=config.promiscuous,
                                    snaplen=config.snaplen, bufferSize=config.bufferSize)
             try:

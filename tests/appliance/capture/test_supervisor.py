@@ -15,7 +15,7 @@ from appliance.pki import CertificateAuthority
 from tests.polling import wait_for
 
 
-def supervisor(tmp: Path, python: str, **options: object) -> CaptureSupervisor:
+def supervisor(tmp: Path, python: str, resume: bool = True, **options: object) -> CaptureSupervisor:
     ca = CertificateAuthority.ensure(tmp / "certs", ["localhost"])
 
     def issue(name: str) -> tuple[bytes, bytes]:
@@ -26,6 +26,7 @@ def supervisor(tmp: Path, python: str, **options: object) -> CaptureSupervisor:
         tmp / "capture", InterfaceCatalog(), CaptureOptions(("10.0.0.0/8",), **options),  # type: ignore[arg-type]
         defaults=CaptureSettings, issue_certificate=issue, ca_pem=ca.ca_pem,
         target=lambda: StreamTarget("127.0.0.1:1", "localhost", False), version="test", python=python,
+        resume_allowed=lambda: resume,
     )
 
 
@@ -138,3 +139,25 @@ def test_a_hostile_status_file_is_ignored_and_the_supervisor_keeps_serving(tmp_p
         assert wait_for(lambda: sup.status().packetCount == 5 and sup.status().status == "running", 5)
     finally:
         sup.close()
+
+
+def test_a_running_capture_is_resumed_at_start_unless_the_console_turned_autostart_off(tmp_path: Path) -> None:
+    first = supervisor(tmp_path, "/bin/false", backoff_initial=5.0)
+    first.start()
+    first.begin(StartRequest(interface="lo"))
+    first.close()  # the appliance stops with the capture running
+    off = supervisor(tmp_path, "/bin/false", resume=False, backoff_initial=5.0)
+    off.start()
+    try:
+        status = off.status()
+        assert status.status == "idle" and status.pid is None
+        assert status.autoStart is True and status.interface == "lo"  # kept for when the setting is on again
+    finally:
+        off.close()
+    on = supervisor(tmp_path, "/bin/false", backoff_initial=5.0)
+    on.start()
+    try:
+        assert on.status().status in ("running", "error") and on.status().interface == "lo"
+        assert wait_for(lambda: on.events["process_exits"] >= 1, 5)  # it did start a capture process
+    finally:
+        on.close()
