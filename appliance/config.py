@@ -6,12 +6,13 @@ or a bad value stops start-up with one message per problem naming the key and th
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from appliance.errors import ConfigError
 
@@ -165,8 +166,6 @@ class ReleaseSettings(_Section):
 
 
 def _ipv4_networks(value: list[str]) -> list[str]:
-    import ipaddress
-
     out = []
     for text in value:
         try:
@@ -176,8 +175,8 @@ def _ipv4_networks(value: list[str]) -> list[str]:
     return out
 
 
-class CaptureSettings(_Section):
-    """The appliance's own port capture (README, "Port capture")."""
+class PortCaptureSettings(_Section):
+    """The appliance's own port capture (README, "Port capture"); the console's capture defaults are elsewhere."""
 
     # A mirror port has no side of its own: a packet's side inside these networks is the local one.
     internal_networks: Annotated[list[str], Field(max_length=256)] = Field(
@@ -188,6 +187,12 @@ class CaptureSettings(_Section):
     restart_backoff_max: Annotated[float, Field(gt=0, le=3600)] = 30.0
 
     _networks = field_validator("internal_networks")(_ipv4_networks)
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> PortCaptureSettings:
+        if self.restart_backoff_initial > self.restart_backoff_max:
+            raise ValueError("capture.restart_backoff_initial must not exceed capture.restart_backoff_max")
+        return self
 
 
 class Settings(_Section):
@@ -204,7 +209,7 @@ class Settings(_Section):
     enrollment: EnrollmentSettings = EnrollmentSettings()
     artifacts: ArtifactSettings = ArtifactSettings()
     release: ReleaseSettings = ReleaseSettings()
-    capture: CaptureSettings = CaptureSettings()
+    capture: PortCaptureSettings = PortCaptureSettings()
 
 
 def describe_errors(err: ValidationError, source: str) -> str:
