@@ -39,6 +39,7 @@ from appliance.ingest.identity import agent_id_for
 log = logging.getLogger(__name__)
 
 INSTALL_ROOT = Path(__file__).resolve().parents[2]
+_CHILD_ENV = ("PATH", "LANG", "LC_ALL", "TZ", "SENSOR_LOG_LEVEL", "PYTHONUNBUFFERED")
 
 
 @dataclass
@@ -258,7 +259,9 @@ class CaptureSupervisor:
         write_json(self._dir / SPEC_FILE, spec.model_dump())
 
     def _spawn(self) -> None:
-        env = {**os.environ, "PYTHONPATH": str(INSTALL_ROOT)}
+        # A clean environment: the appliance's own (SENSOR_ADMIN_TOKEN, SENSOR_DEPLOY_TOKEN...) stays with it.
+        env = {key: os.environ[key] for key in _CHILD_ENV if key in os.environ}
+        env["PYTHONPATH"] = str(INSTALL_ROOT)
         self._proc = subprocess.Popen(
             [self._python, "-m", "appliance.capture", "--control-dir", str(self._dir)],
             cwd=INSTALL_ROOT, env=env, stdin=subprocess.DEVNULL, start_new_session=True,

@@ -7,6 +7,8 @@ import stat
 import time
 from pathlib import Path
 
+import pytest
+
 from appliance.capture.interfaces import InterfaceCatalog
 from appliance.capture.model import StartRequest
 from appliance.capture.supervisor import CaptureOptions, CaptureSupervisor, StreamTarget
@@ -161,3 +163,22 @@ def test_a_running_capture_is_resumed_at_start_unless_the_console_turned_autosta
         assert wait_for(lambda: on.events["process_exits"] >= 1, 5)  # it did start a capture process
     finally:
         on.close()
+
+
+def test_the_capture_process_gets_none_of_the_appliances_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SENSOR_ADMIN_TOKEN", "admin-secret-do-not-pass")
+    monkeypatch.setenv("SENSOR_DEPLOY_TOKEN", "deploy-secret-do-not-pass")
+    script = tmp_path / "capture-stand-in"
+    script.write_text("#!/bin/sh\nexec sleep 30\n")
+    script.chmod(0o755)
+    sup = supervisor(tmp_path, str(script))
+    sup.start()
+    try:
+        pid = sup.begin(StartRequest(interface="lo")).pid
+        assert pid
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert not [v for v in environ if b"secret" in v], environ
+        assert any(v.startswith(b"PYTHONPATH=") for v in environ)
+    finally:
+        sup.end()
+        sup.close()
