@@ -71,19 +71,29 @@ class DecodeStats:
 class DirectionResolver:
     """Decides which side of a packet is this host.
 
-    Known local addresses decide first. Otherwise a live capture's packet type (outgoing vs. for
-    this host) decides. For capture files of unknown hosts (`infer=True`) the initiator of a
-    conversation, the sender of its first packet, is taken as the local side.
+    Known local addresses decide first, then `internal` networks ((network, mask) pairs: a mirror
+    port has no side of its own, so the internal network's side is "local"). Otherwise a live
+    capture's packet type (outgoing vs. for this host) decides. For capture files of unknown hosts
+    and for traffic wholly inside or outside the internal networks (`infer=True`) the initiator of
+    a conversation, the sender of its first packet, is taken as the local side.
     """
 
-    __slots__ = ("local", "infer", "_initiators", "_max_conversations")
+    __slots__ = ("local", "infer", "internal", "_initiators", "_max_conversations")
 
     def __init__(self, local_addresses: Iterable[int] = (), *, infer: bool = False,
-                 max_conversations: int = 65536) -> None:
+                 max_conversations: int = 65536, internal: Iterable[tuple[int, int]] = ()) -> None:
         self.local: frozenset[int] = frozenset(local_addresses)
         self.infer = infer
+        self.internal: tuple[tuple[int, int], ...] = tuple(internal)
         self._initiators: dict[tuple[int, int, int, int, int], int] = {}
         self._max_conversations = max_conversations
+
+    def is_internal(self, address: int) -> bool:
+        """True when `address` is in one of the internal networks."""
+        for network, mask in self.internal:
+            if address & mask == network:
+                return True
+        return False
 
     def set_local(self, addresses: Iterable[int]) -> None:
         self.local = frozenset(addresses)
@@ -93,13 +103,16 @@ class DirectionResolver:
         local = self.local
         src_local = src in local
         dst_local = dst in local
+        if self.internal:
+            src_local = src_local or self.is_internal(src)
+            dst_local = dst_local or self.is_internal(dst)
         if src_local and not dst_local:
             return True
         if dst_local and not src_local:
             return False
         if pkttype is not None and pkttype != PKT_OTHERHOST:
             return pkttype == PKT_OUTGOING
-        if src_local:  # both local and no packet type: the sender is the side we report
+        if src_local and not self.internal:  # both local and no packet type: the sender is the side we report
             return True
         if not self.infer:
             return None

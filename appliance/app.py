@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 
+from appliance import __version__
 from appliance.agent_registry import AgentRegistry
 from appliance.artifacts import CA_FILE, ArtifactStore
 from appliance.export import JsonLinesExporter
@@ -48,6 +49,9 @@ from appliance.detection.signatures.watcher import SignatureWatcher
 from appliance.pki import CertificateAuthority, default_server_names
 from appliance.rest import routes_core, routes_detection
 from appliance.rest import routes_enrollment, routes_settings
+from appliance.rest import routes_capture
+from appliance.capture.interfaces import InterfaceCatalog
+from appliance.capture.supervisor import CaptureOptions, CaptureSupervisor, StreamTarget
 from appliance.rest.api import Api
 from appliance.rest.openapi import build_openapi
 from appliance.rest.server import ConnectionLimits, HttpServer
@@ -57,6 +61,7 @@ log = logging.getLogger(__name__)
 ADMIN_TOKEN_ENV = "SENSOR_ADMIN_TOKEN"
 ADMIN_TOKEN_FILE = "admin.token"
 ENROLLMENT_DB = "enrollment.sqlite3"
+CAPTURE_DIR = "capture"  # under paths.state_dir: the capture's spec, status, state and certificate
 # Enrollment script templates (installer/ at the repository root).
 INSTALLER_DIR = Path(__file__).resolve().parent.parent / "installer"
 
@@ -103,6 +108,7 @@ class Appliance:
     artifacts: ArtifactStore
     retention: RetentionService
     console_settings: ConsoleSettingsStore
+    capture: CaptureSupervisor
     detection: DetectionParts | None = None
     exporter: JsonLinesExporter | None = None  # export.enabled
     grpc_port: int = 0
@@ -153,6 +159,7 @@ class Appliance:
                                 body_limit=body_limit, limits=limits)
         self._rest.start()
         self.rest_port = self._rest.port
+        self.capture.start()  # after gRPC: a resumed capture streams into it at once
         sweeper = threading.Thread(target=self._sweep, name="flow-sweep", daemon=True)
         sweeper.start()
         self._threads.append(sweeper)
@@ -170,6 +177,7 @@ class Appliance:
     def stop(self) -> None:
         """Stop accepting, flush every flow through analysis, close."""
         self._stop.set()
+        self.capture.close()
         if self._grpc is not None:
             self._grpc.stop(grace=2).wait(5)
         for thread in self._threads:
@@ -321,11 +329,32 @@ def build(settings: Settings) -> Appliance:
         deploy_token=os.environ.get(routes_enrollment.DEPLOY_TOKEN_ENV, "").strip(),
         scripts_over_tls=settings.rest.tls or settings.enrollment.base_url.startswith("https://"),
     )
+    # The appliance's own port capture: a supervised process streaming into this appliance's gRPC.
+    def capture_target() -> StreamTarget:  # late-bound: the gRPC port is known once started
+        host = split_listen(settings.grpc.listen)[0]
+        host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+        host = f"[{host}]" if ":" in host else host
+        return StreamTarget(f"{host}:{appliance.grpc_port}", "localhost", not settings.grpc.tls)
+
+    def issue_capture_certificate(name: str) -> tuple[bytes, bytes]:
+        issued = ca.issue_agent(name, days=settings.tls.agent_cert_days)
+        return issued.cert_pem, issued.key_pem
+
+    capture_catalog = InterfaceCatalog()
+    capture = CaptureSupervisor(
+        paths.state_dir / CAPTURE_DIR, capture_catalog,
+        CaptureOptions(tuple(settings.capture.internal_networks), settings.capture.runner,
+                       settings.capture.restart_backoff_initial, settings.capture.restart_backoff_max),
+        defaults=lambda: console_settings.current.capture, issue_certificate=issue_capture_certificate,
+        ca_pem=ca.ca_pem, target=capture_target, version=__version__,
+        resume_allowed=lambda: console_settings.current.general.autoStart,
+    )
+    routes_capture.install(api, supervisor=capture, catalog=capture_catalog)
     appliance = Appliance(
         settings=settings, ingest=ingest, tracker=tracker, pipeline=pipeline, agents=agents, api=api,
         history=history, ca=ca, admin_token=admin_token, admin_token_created=created, enrollment=enrollment,
         enrollment_store=enrollment_store, artifacts=artifacts, retention=retention, console_settings=console_settings,
-        detection=detection, exporter=exporter, stream_gate=StreamGate(enrollment_store),
+        capture=capture, detection=detection, exporter=exporter, stream_gate=StreamGate(enrollment_store),
     )
     return appliance
 

@@ -6,12 +6,13 @@ or a bad value stops start-up with one message per problem naming the key and th
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from appliance.errors import ConfigError
 
@@ -185,6 +186,36 @@ class ReleaseSettings(_Section):
     ca_file: str = ""
 
 
+def _ipv4_networks(value: list[str]) -> list[str]:
+    out = []
+    for text in value:
+        try:
+            out.append(str(ipaddress.IPv4Network(text, strict=False)))
+        except ValueError:
+            raise ValueError(f"{text[:64]!r} is not an IPv4 network (a.b.c.d/len)") from None
+    return out
+
+
+class PortCaptureSettings(_Section):
+    """The appliance's own port capture (README, "Port capture"); the console's capture defaults are elsewhere."""
+
+    # A mirror port has no side of its own: a packet's side inside these networks is the local one.
+    internal_networks: Annotated[list[str], Field(max_length=256)] = Field(
+        default_factory=lambda: ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"])
+    # child: the appliance runs the capture process itself (needs CAP_NET_RAW); service: sensor-capture.service does.
+    runner: Literal["child", "service"] = "child"
+    restart_backoff_initial: Annotated[float, Field(gt=0, le=60)] = 0.5
+    restart_backoff_max: Annotated[float, Field(gt=0, le=3600)] = 30.0
+
+    _networks = field_validator("internal_networks")(_ipv4_networks)
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> PortCaptureSettings:
+        if self.restart_backoff_initial > self.restart_backoff_max:
+            raise ValueError("capture.restart_backoff_initial must not exceed capture.restart_backoff_max")
+        return self
+
+
 class Settings(_Section):
     """The whole configuration."""
 
@@ -200,6 +231,7 @@ class Settings(_Section):
     artifacts: ArtifactSettings = ArtifactSettings()
     release: ReleaseSettings = ReleaseSettings()
     export: ExportSettings = ExportSettings()
+    capture: PortCaptureSettings = PortCaptureSettings()
 
 
 def describe_errors(err: ValidationError, source: str) -> str:

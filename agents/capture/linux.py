@@ -26,7 +26,12 @@ log = logging.getLogger(__name__)
 ETH_P_ALL = 0x0003
 SO_ATTACH_FILTER = 26
 SO_RCVBUFFORCE = 33
+SOL_PACKET = 263
+PACKET_ADD_MEMBERSHIP = 1
+PACKET_STATISTICS = 6
+PACKET_MR_PROMISC = 1
 _RCVBUF = 8 * 1024 * 1024
+_TPACKET_STATS = struct.Struct("II")  # struct tpacket_stats: tp_packets, tp_drops
 
 
 def interface_addresses() -> tuple[dict[str, int], set[int]]:
@@ -50,12 +55,15 @@ def attach_filter(sock: socket.socket, program: bytes) -> None:
     sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
 
 
-def packet_socket(ifname: str, program: bytes) -> socket.socket:
+def packet_socket(ifname: str, program: bytes, *, rcvbuf: int = _RCVBUF, promiscuous: bool = False) -> socket.socket:
     """A non-blocking AF_PACKET socket that never hands up an unfiltered frame.
 
     For one interface the socket is opened with protocol 0 (receives nothing), filtered, then bound.
     For every interface ("") it must be opened with ETH_P_ALL (Python cannot bind to ifindex 0),
     so frames queued before the filter was attached are drained and thrown away.
+    `promiscuous` (one interface only) is a packet-socket membership: the kernel counts it with the
+    interface's other users and drops it when the socket closes, so a crash never leaves the NIC
+    promiscuous.
     """
     protocol = 0 if ifname else socket.htons(ETH_P_ALL)
     try:
@@ -65,11 +73,15 @@ def packet_socket(ifname: str, program: bytes) -> socket.socket:
     try:
         attach_filter(sock, program)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, _RCVBUF)
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)
         except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         if ifname:
             sock.bind((ifname, ETH_P_ALL))
+            if promiscuous:
+                index = socket.if_nametoindex(ifname)
+                # struct packet_mreq: ifindex, type, alen, address[8]
+                sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, struct.pack("iHH8s", index, PACKET_MR_PROMISC, 0, b""))
     except OSError as err:
         sock.close()
         raise CaptureError(f"cannot capture on interface {ifname or 'any'!r}: {err.strerror}") from None
@@ -95,7 +107,8 @@ class LinuxCapture:
         self._next_refresh = time.monotonic() + address_refresh
 
     @classmethod
-    def open(cls, config: AgentConfig, decoder: Decoder, exclude: list[tuple[int, int]]) -> LinuxCapture:
+    def open(cls, config: AgentConfig, decoder: Decoder, exclude: list[tuple[int, int]], *,
+             rcvbuf: int = _RCVBUF, promiscuous: bool = False) -> LinuxCapture:
         links, addresses = interface_addresses()
         decoder.directions.set_local(addresses)
         wanted = list(config.interfaces)
@@ -104,11 +117,11 @@ class LinuxCapture:
             raise CaptureError(f"interfaces: no such interface {', '.join(unknown)} (have {', '.join(sorted(links))})")
         if wanted:
             program = pack(agent_filter(config.snaplen, exclude, None))
-            sockets = [packet_socket(name, program) for name in wanted]
+            sockets = [packet_socket(name, program, rcvbuf=rcvbuf, promiscuous=promiscuous) for name in wanted]
         else:
             # One socket on every interface, present and future; loopback dropped in the kernel.
             program = pack(agent_filter(config.snaplen, exclude, links.get("lo")))
-            sockets = [packet_socket("", program)]
+            sockets = [packet_socket("", program, rcvbuf=rcvbuf)]
             wanted = ["all-but-lo"]
         return cls(sockets, decoder, wanted)
 
@@ -146,6 +159,15 @@ class LinuxCapture:
                 if packet is not None:
                     submit(packet)
         return count
+
+    def kernel_stats(self) -> tuple[int, int]:
+        """(frames received, frames dropped) by the kernel since the last call, over every socket."""
+        received = dropped = 0
+        for sock in self._sockets:
+            packets, drops = _TPACKET_STATS.unpack(sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, _TPACKET_STATS.size))
+            received += packets
+            dropped += drops
+        return received, dropped
 
     def close(self) -> None:
         for sock in self._sockets:

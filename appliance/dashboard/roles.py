@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 
 # (method, path pattern) pairs an analyst may call; an admin may call everything under /api/v1.
+# The appliance's own port capture (interfaces, addresses, MACs) is admin only, reading included.
 ANALYST_ALLOWED: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("GET", re.compile(r"^/api/v1/(?!agent/tokens(/|$)).*$")),
+    ("GET", re.compile(r"^/api/v1/(?!agent/tokens(/|$))(?!capture(/|$)).*$")),
     ("POST", re.compile(r"^/api/v1/alerts/[^/]+/status$")),
     ("POST", re.compile(r"^/api/v1/alerts/bulk$")),
     ("POST", re.compile(r"^/api/v1/whitelist$")),

@@ -24,6 +24,7 @@ import pytest
 
 from tests.agents.conftest import ROOT
 from tests.agents.netns import Lab, lab_available
+from tests.agents.tunnels import start_tunnel_servers, tunnel_round
 from tests.conftest import RunningAppliance, start_appliance
 from tests.polling import wait_for
 
@@ -250,9 +251,7 @@ def test_real_tunneling_tools_raise_alerts(lab: Lab, tmp_path: Path) -> None:
     _, peer = lab.link
     tunnel_dns = peer.rsplit(".", 1)[0] + ".3"  # a second peer address: dnsmasq keeps port 53 of the first
     lab.ns(lab.peer_ns, "ip", "addr", "add", f"{tunnel_dns}/24", "dev", "eth0")
-    lab.spawn(lab.peer_ns, "iodined", "-f", "-c", "-l", tunnel_dns, "-P", "labsecret", f"10.98.{lab.index}.1/27",
-              "t.tunnel.lab", log=tmp_path / "iodined.log")
-    lab.spawn(lab.peer_ns, "ptunnel-ng", "-r" + peer, "-R8080", "-v1", log=tmp_path / "ptunnel-server.log")
+    start_tunnel_servers(lab, tunnel_dns, peer, tmp_path)
     lab.wait_port(lab.peer_ns, 53, "udp")
     # Short idle timeouts so the tunnels' flows finish, and are analysed, within the test.
     short = {"udp_idle": 3.0, "dns_idle": 3.0, "icmp_idle": 3.0, "tcp_idle": 3.0}
@@ -267,18 +266,7 @@ def test_real_tunneling_tools_raise_alerts(lab: Lab, tmp_path: Path) -> None:
         wanted = {"DnsTunneling", "IcmpCovertChannel"}
         found = False
         for _ in range(3):  # a loaded machine moves fewer bytes through the tunnels: give it more rounds
-            iodine = lab.spawn(lab.agent_ns, "iodine", "-f", "-r", "-P", "labsecret", tunnel_dns, "t.tunnel.lab",
-                               log=tmp_path / "iodine.log")
-            ptunnel = lab.spawn(lab.agent_ns, "ptunnel-ng", "-p" + peer, "-l8000", "-r" + peer, "-R8080", "-v1",
-                                log=tmp_path / "ptunnel-client.log")
-            lab.wait_port(lab.agent_ns, 8000)
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline:  # data through both tunnels for a while
-                lab.ns(lab.agent_ns, "curl", "-s", "-o", "/dev/null", "--max-time", "2", "http://127.0.0.1:8000/",
-                       check=False)
-                lab.ns(lab.agent_ns, PYTHON, str(TRAFFIC), "icmp", f"10.98.{lab.index}.1", "2", check=False)
-            lab.stop(iodine)
-            lab.stop(ptunnel)
+            tunnel_round(lab, tunnel_dns, peer, tmp_path)
             # The tunnels' flows end after the 3 s idle timeout and are analysed then.
             found = wait_for(lambda: wanted <= {a["category"] for a in alerts_of(running, seen["id"]) or []}, 15)
             if found:

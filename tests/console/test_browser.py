@@ -230,7 +230,7 @@ def test_processes_keep_terminated_ones_visible_until_hidden(page, stack: Stack)
 
 
 
-def test_forms_show_the_api_messages_at_their_fields_and_capture_its_error(page, stack: Stack) -> None:
+def test_forms_show_the_api_messages_at_their_fields_and_the_capture_its_state(page, stack: Stack) -> None:
     sign_in(page, stack)
     page.goto(stack.url + "/#/config")
     page.get_by_label("Retention (days)").fill("0")
@@ -241,9 +241,10 @@ def test_forms_show_the_api_messages_at_their_fields_and_capture_its_error(page,
     page.get_by_role("button", name="Save storage").click()
     page.get_by_role("status").filter(has_text="Saved storage.").wait_for()
     assert stack.appliance.rest.get("/api/v1/settings")[1]["storage"]["retentionDays"] == 14
-    # No capture back end yet: the store says so with the API's words, and shows no counters.
-    page.get_by_test_id("capture-status").filter(has_text="error").wait_for()
-    assert "HTTP 404" in page.get_by_role("heading", name="Port capture").locator("xpath=..").inner_text()
+    # The port capture: idle, its interfaces listed from the appliance (netlink), counters per protocol.
+    page.get_by_test_id("capture-status").filter(has_text="idle").wait_for()
+    page.locator("#capture-if option[value='lo']").wait_for(state="attached")
+    assert page.get_by_role("table", name="Packets per protocol").is_visible()
     assert axe_violations(page) == []
 
     page.goto(stack.url + "/#/exclusions")

@@ -4,7 +4,8 @@ import { useEffect, useState } from "preact/hooks";
 import type { PageProps } from "../context.ts";
 import type { Settings } from "../stores/config.ts";
 import { ApiError } from "../api/client.ts";
-import { ErrorNote, Page, errorText, useLoad } from "../components/ui.tsx";
+import { ErrorNote, Page, errorText, fmtBytes, fmtNumber, useLoad, usePoll } from "../components/ui.tsx";
+import { PROTOCOLS } from "../stores/capture.ts";
 
 const LAYERS = ["network", "dns", "http", "tls", "behavioral"] as const;
 
@@ -109,16 +110,38 @@ export function Config({ ctx }: PageProps) {
 
 function CaptureState({ ctx }: PageProps) {
   const c = ctx.capture;
-  useEffect(() => { void c.refresh(); }, []);
+  useEffect(() => { void c.loadInterfaces(); }, []);
+  usePoll(() => c.refresh(), 2000);
+  const running = c.status.value === "running";
   return (
     <div>
       <p>Status: <strong data-testid="capture-status">{c.status.value}</strong>{c.message.value ? ` — ${c.message.value}` : ""}</p>
-      {c.status.value !== "error" && <p>{c.packetCount.value} packets, {c.byteCount.value} bytes, {c.droppedCount.value} dropped</p>}
       <div class="toolbar">
-        <button type="button" onClick={() => c.refresh()}>Refresh</button>
-        <button type="button" onClick={() => c.start()} disabled={c.status.value === "running"}>Start</button>
-        <button type="button" onClick={() => c.stop()} disabled={c.status.value !== "running"}>Stop</button>
+        <label for="capture-if">Interface</label>
+        <select id="capture-if" value={c.selectedInterface.value ?? ""} disabled={running}
+                onChange={(e) => c.setInterface(e.currentTarget.value || null)}>
+          <option value="">(choose)</option>
+          {c.interfaces.value.map((i) => (
+            <option key={i.name} value={i.name}>
+              {i.name} — {i.up ? i.state : "down"}{i.addresses.length ? `, ${i.addresses.map((a) => a.address).join(" ")}` : ""}
+              {i.speed ? `, ${i.speed} Mbit/s` : ""}{i.promiscuous ? ", promiscuous" : ""}
+            </option>
+          ))}
+        </select>
+        <button type="button" onClick={() => c.start()} disabled={running || !c.selectedInterface.value}>Start</button>
+        <button type="button" onClick={() => c.stop()} disabled={c.status.value === "idle"}>Stop</button>
+        <button type="button" onClick={() => { void c.refresh(); void c.loadInterfaces(); }}>Refresh</button>
       </div>
+      <p>
+        {fmtNumber(c.packetCount.value)} packets, {fmtBytes(c.byteCount.value)}, {fmtNumber(c.droppedCount.value)} dropped
+        {running ? `; up ${Math.round(c.uptime.value)} s` : ""}{c.restarts.value ? `; restarted ${c.restarts.value}×` : ""}
+        {c.promiscuous.value ? "; promiscuous" : ""}
+      </p>
+      <table aria-label="Packets per protocol">
+        <thead><tr>{PROTOCOLS.map((p) => <th key={p} scope="col">{p}</th>)}</tr></thead>
+        <tbody><tr>{PROTOCOLS.map((p) => <td key={p}>{fmtNumber(c.protocolStats.value[p])}</td>)}</tr></tbody>
+      </table>
+      {c.lastError.value && c.status.value !== "error" && <p class="muted">Last error: {c.lastError.value}</p>}
     </div>
   );
 }
