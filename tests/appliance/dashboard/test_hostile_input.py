@@ -118,3 +118,31 @@ def test_static_app_has_strict_headers_and_no_traversal(console):
     for path in ("/../state/admin.token", "/%2e%2e/state/admin.token", "/assets/..%2f..%2fstate%2fadmin.token"):
         status, body = browser.get(path)
         assert console.appliance.app.admin_token.encode() not in (body if isinstance(body, bytes) else str(body).encode())
+
+
+def test_slow_clients_do_not_stop_the_console(console):
+    """The console runs on the same HTTP front as the REST API: 40 clients that hold connections without ever
+    finishing a request (silent after the handshake, or one header line at a time) cost sockets, not worker
+    threads; the console keeps answering within a second throughout."""
+    context = ssl.create_default_context(cafile=str(console.appliance.app.ca.ca_cert_path))
+    held = []
+    try:
+        for i in range(40):  # under the per-source cap (64): what is tried here is the worker threads
+            sock = context.wrap_socket(socket.create_connection(("127.0.0.1", console.dashboard.port), timeout=5),
+                                       server_hostname="localhost")
+            if i % 2:
+                sock.sendall(b"GET /auth/me HTTP/1.1\r\nHost: localhost\r\n")
+            held.append(sock)
+        worst = 0.0
+        for round_no in range(6):
+            for sock in held[1::2]:
+                sock.sendall(f"X-Slow-{round_no}: y\r\n".encode())
+            started = time.monotonic()
+            assert console.browser().get("/auth/me")[0] == 401
+            worst = max(worst, time.monotonic() - started)
+            time.sleep(0.25)
+        assert worst < 1.0, worst
+    finally:
+        for sock in held:
+            sock.close()
+    _still_serving(console)
