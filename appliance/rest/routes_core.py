@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from appliance import __version__
 from appliance.agents import AgentRegistry, AgentState
+from appliance.detection.dpi.tls_meta import opens_handshake, tls_metadata
 from appliance.errors import NotFound
 from appliance.flows.finished import FinishedFlows
 from appliance.flows.tracker import FlowTracker, community_id
@@ -29,6 +30,18 @@ def iso_s(seconds: float) -> str:
 class StatusReply(BaseModel):
     status: str
     version: str
+
+
+class FlowTls(BaseModel):
+    ja4: str
+    ja4s: str
+    ja3: str
+    sni: str
+    alpn: str
+    client_version: str
+    server_version: str
+    cipher: str
+    complete: bool
 
 
 class FlowReply(BaseModel):
@@ -54,6 +67,7 @@ class FlowReply(BaseModel):
     pid: int
     process_name: str
     dns_queries: list[str]
+    tls: FlowTls | None
 
 
 class FlowList(BaseModel):
@@ -110,7 +124,16 @@ def flow_view(flow: FlowRecord, state: str) -> dict[str, Any]:
         "pid": flow.pid,
         "process_name": flow.process_name,
         "dns_queries": queries,
+        "tls": _tls_view(flow),
     }
+
+
+def _tls_view(flow: FlowRecord) -> dict[str, Any] | None:
+    # Read from the samples on demand: the REST threads share no parse cache with the analysis thread.
+    if not flow.samples or not opens_handshake(flow):
+        return None
+    meta = tls_metadata(flow)
+    return meta.view() if meta is not None else None
 
 
 def agent_view(agent: AgentState) -> dict[str, Any]:

@@ -215,10 +215,12 @@ class SignatureEngine:
                     for p in flow.samples if p.icmp is not None and p.icmp.type in _ECHO]
         facts = self._facts.facts(flow)
         if protocol == "tls":
+            tls = facts.tls
             hello = facts.client_hello
-            if hello is None:
+            if tls is None or hello is None:
                 return []
-            return [{**base, "tls.sni": hello.sni, "tls.version": hello.version.lower()}]
+            return [{**base, "tls.sni": tls.sni, "tls.version": hello.version.lower(),
+                     "tls.ja4": tls.ja4, "tls.ja4s": tls.ja4s, "tls.ja3": tls.ja3, "tls.alpn": tls.alpn.lower()}]
         return [{**base, "http.method": r.method.lower(), "http.host": r.host, "http.uri": r.uri.lower(),
                  "http.user_agent": r.user_agent.lower(), "http.content_length": r.content_length}
                 for r in facts.http_requests]
