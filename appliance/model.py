@@ -147,6 +147,9 @@ class FlowRecord:
     end_reason: str = ""  # idle | active | tcp_close | stream_end | evicted | shutdown
     dns: list[DnsMessage] = field(default_factory=list)
     samples: list[Packet] = field(default_factory=list)
+    # The TLS handshake metadata (detection.dpi.tls_meta.TlsMetadata: hellos, JA4/JA4S/JA3, certificates),
+    # set once by analysis when the samples hold a hello; typed loosely so the model imports no detection code.
+    tls: Any = None
 
     @property
     def local_addr(self) -> str:

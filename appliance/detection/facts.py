@@ -69,5 +69,5 @@ class FlowFacts:
         self.tls_handshakes += 1
         if not meta.complete:
             self.tls_incomplete += 1
-        result.tls = meta
+        result.tls = flow.tls = meta  # on the record too: the REST flow view shows it without parsing again
         result.client_hello = meta.client_hello

@@ -68,9 +68,9 @@ def test_a_listed_fingerprint_and_a_raw_address_raise_one_alert(detecting):
 
 def test_hellos_cut_or_garbled_are_counted_and_the_flow_still_analysed(detecting):
     stream = sc.Stream("odd-host", "10.0.1.72")
-    full = tr.client_hello(list(range(1, 200)), [0x0000, 0x000D, 0x002B], sni="a.example.org", sig_algs=[0x0403],
+    full = tr.client_hello(list(range(1, 20)), [0x0000, 0x000D, 0x002B], sni="a.example.org", sig_algs=[0x0403],
                            versions=[0x0304])
-    stream.tcp(sc.T0_MS, SERVER, 443, full[:300], 2000, 4000)  # cut inside the cipher list
+    stream.tcp(sc.T0_MS, SERVER, 443, full[:-3], 2000, 4000)  # cut inside the last extension, after the SNI
     stream.tcp(sc.T0_MS + 1000, SERVER, 443, b"\x16\x03\x01\x00\x10" + b"\xff" * 16, 2000, 4000)  # not a hello
     sc.stream(detecting.stub(), stream)
     detecting.app.pipeline.drain()
