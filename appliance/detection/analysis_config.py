@@ -64,6 +64,14 @@ class TlsConfig(_Section):
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=lambda: [443, 8443, 993, 995, 465])
     resolution_window_s: Seconds = 3600.0  # a resolution counts this long after it was seen (or its TTL, if longer)
     ignore_private: bool = True  # LAN services (printers, NAS) are reached by address all the time
+    # Rare client fingerprint (JA4): new on this agent and seen on at most `rare_max_fleet_agents` other
+    # agents, once the agent has been watched `rare_learning_s` of event time and `rare_min_handshakes` hellos.
+    rare_learning_s: Seconds = 3600.0
+    rare_min_handshakes: Count = 20
+    rare_max_fleet_agents: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    # Certificate anomalies (chains in clear, TLS <= 1.2): a validity shorter than this, or issued this recently.
+    cert_min_validity_days: Annotated[float, Field(gt=0, le=3650)] = 3.0
+    cert_fresh_s: Annotated[float, Field(ge=0, le=30 * 86400)] = 86400.0
 
 
 class IcmpConfig(_Section):

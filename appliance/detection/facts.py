@@ -35,6 +35,7 @@ class FlowFacts:
         self.tls_handshakes = 0  # flows with a ClientHello or ServerHello read
         self.tls_incomplete = 0  # of those, a hello cut by the sample size or split beyond the samples
         self.tls_unreadable = 0  # a sample opened a handshake record but no hello could be read
+        self.tls_certificates_unreadable = 0  # server certificates `cryptography` could not read
 
     def facts(self, flow: FlowRecord) -> Facts:
         if flow is self._flow:
@@ -69,5 +70,6 @@ class FlowFacts:
         self.tls_handshakes += 1
         if not meta.complete:
             self.tls_incomplete += 1
+        self.tls_certificates_unreadable += meta.certificates_unreadable
         result.tls = flow.tls = meta  # on the record too: the REST flow view shows it without parsing again
         result.client_hello = meta.client_hello

@@ -33,6 +33,19 @@ class StatusReply(BaseModel):
     warnings: list[str]  # e.g. an active blanket exclusion; empty when all is well
 
 
+class FlowCertificate(BaseModel):
+    subject: str
+    issuer: str
+    dns_names: list[str]
+    ip_names: list[str]
+    not_before: str
+    not_after: str
+    self_signed: bool
+    key_type: str
+    key_bits: int
+    sha256: str
+
+
 class FlowTls(BaseModel):
     ja4: str
     ja4s: str
@@ -43,6 +56,8 @@ class FlowTls(BaseModel):
     server_version: str
     cipher: str
     complete: bool
+    certificate: FlowCertificate | None  # the server's leaf certificate, when it was sent in clear (TLS <= 1.2)
+    chain_length: int
 
 
 class FlowReply(BaseModel):

@@ -7,12 +7,13 @@ direction, so each direction's samples are joined from the first one that opens 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from appliance.detection.dpi.tls_cert import CertificateInfo, read_certificate
 from appliance.detection.dpi.tls_fingerprint import ja3, ja4, ja4s
-from appliance.detection.dpi.tls_parse import (MAX_HANDSHAKE_BYTES, ClientHello, ServerHello, parse_client_hello,
-                                               parse_server_hello, version_name)
+from appliance.detection.dpi.tls_parse import (MAX_HANDSHAKE_BYTES, ClientHello, ServerHello, certificate_chain,
+                                               parse_client_hello, parse_server_hello, version_name)
 from appliance.model import FlowRecord, Packet
 
 _OUTBOUND, _INBOUND = 1, 2
@@ -27,6 +28,9 @@ class TlsMetadata:
     ja4: str = ""
     ja4s: str = ""
     ja3: str = ""
+    certificates: list[CertificateInfo] = field(default_factory=list)  # the server's chain, leaf first (TLS <= 1.2)
+    chain_complete: bool = True  # False when the Certificate message ran past the samples
+    certificates_unreadable: int = 0  # certificates `cryptography` could not read (skipped)
 
     @property
     def sni(self) -> str:
@@ -41,7 +45,7 @@ class TlsMetadata:
 
     @property
     def complete(self) -> bool:
-        return all(h.complete for h in (self.client_hello, self.server_hello) if h is not None)
+        return self.chain_complete and all(h.complete for h in (self.client_hello, self.server_hello) if h is not None)
 
     def view(self) -> dict[str, Any]:
         """The REST flow view's `tls` object."""
@@ -52,6 +56,8 @@ class TlsMetadata:
             "server_version": version_name(server.version) if server is not None else "",
             "cipher": f"{server.cipher:04x}" if server is not None else "",
             "complete": self.complete,
+            "certificate": self.certificates[0].view() if self.certificates else None,
+            "chain_length": len(self.certificates),
         }
 
 
@@ -79,7 +85,8 @@ def opens_handshake(flow: FlowRecord) -> bool:
 def tls_metadata(flow: FlowRecord) -> TlsMetadata | None:
     """The handshake metadata of `flow`, or None when its samples hold neither hello."""
     client = parse_client_hello(_joined(flow.samples, _OUTBOUND))
-    server = parse_server_hello(_joined(flow.samples, _INBOUND))
+    inbound = _joined(flow.samples, _INBOUND)
+    server = parse_server_hello(inbound)
     if client is None and server is None:
         return None
     meta = TlsMetadata(client, server)
@@ -87,4 +94,13 @@ def tls_metadata(flow: FlowRecord) -> TlsMetadata | None:
         meta.ja4, meta.ja3 = ja4(client), ja3(client)
     if server is not None:
         meta.ja4s = ja4s(server)
+        chain = certificate_chain(inbound)
+        if chain is not None:
+            ders, meta.chain_complete = chain
+            for der in ders:
+                info = read_certificate(der)
+                if info is None:
+                    meta.certificates_unreadable += 1
+                else:
+                    meta.certificates.append(info)
     return meta

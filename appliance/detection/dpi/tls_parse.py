@@ -68,6 +68,24 @@ def handshake_message(payload: bytes, wanted: int) -> tuple[bytes, bool] | None:
     Returns (body, complete): complete is False when the bytes end before the message does.
     None when `payload` does not start with a handshake record or the message is another type.
     """
+    data = handshake_stream(payload)
+    if len(data) < 4 or data[0] != wanted:
+        return None
+    length = int.from_bytes(data[1:4], "big")
+    body = bytes(data[4 : 4 + length])
+    return body, len(body) == length
+
+
+_CERTIFICATE = 11
+MAX_CERTIFICATES = 8  # a chain longer than this is cut (real ones have 2-4)
+
+
+def handshake_stream(payload: bytes) -> bytes:
+    """The handshake bytes of the TLS records at the start of `payload`, joined, at most MAX_HANDSHAKE_BYTES.
+
+    Stops at the first record that is not a handshake (ChangeCipherSpec, application data): in TLS 1.3
+    everything after the ServerHello is encrypted, so only TLS 1.2 and earlier show their certificates.
+    """
     data = bytearray()
     pos = 0
     end = min(len(payload), MAX_HANDSHAKE_BYTES)
@@ -75,13 +93,32 @@ def handshake_message(payload: bytes, wanted: int) -> tuple[bytes, bool] | None:
         length = int.from_bytes(payload[pos + 3 : pos + 5], "big")
         data += payload[pos + 5 : min(pos + 5 + length, end)]
         pos += 5 + length
-        if len(data) >= 4 and len(data) >= 4 + int.from_bytes(data[1:4], "big"):
-            break
-    if len(data) < 4 or data[0] != wanted:
-        return None
-    length = int.from_bytes(data[1:4], "big")
-    body = bytes(data[4 : 4 + length])
-    return body, len(body) == length
+    return bytes(data)
+
+
+def certificate_chain(payload: bytes) -> tuple[list[bytes], bool] | None:
+    """The DER certificates of the first Certificate message in `payload` (a server's flight, TLS <= 1.2).
+
+    Returns (certificates, complete), leaf first; complete is False when the bytes end inside the
+    message (a chain larger than the samples). None when the flight holds no Certificate message.
+    """
+    stream = handshake_stream(payload)
+    pos = 0
+    while pos + 4 <= len(stream):
+        kind, length = stream[pos], int.from_bytes(stream[pos + 1 : pos + 4], "big")
+        if kind == _CERTIFICATE:
+            r = _Reader(stream, pos + 4, pos + 4 + length)
+            chain: list[bytes] = []
+            try:
+                total = int.from_bytes(r.take(3), "big")
+                r.end = min(r.end, r.pos + total)
+                while r.left() > 0 and len(chain) < MAX_CERTIFICATES:
+                    chain.append(r.take(int.from_bytes(r.take(3), "big")))
+            except _Short:
+                return chain, False
+            return chain, pos + 4 + length <= len(stream)
+        pos += 4 + length
+    return None
 
 
 class _Reader:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
+
 import pytest
 
 from appliance.detection.dpi.tls_lists import fingerprint_lists
 from tests.agents.netns import lab_available
 from tests.appliance.detection import scenarios as sc
+from tests.appliance.detection import tls_certs as tc
 from tests.appliance.detection import tls_records as tr
 from tests.appliance.detection.conftest import alerts_of
 from tests.appliance.detection.tls_capture import capture_client_hello
@@ -80,3 +83,78 @@ def test_hellos_cut_or_garbled_are_counted_and_the_flow_still_analysed(detecting
     assert metrics["tls_handshakes_unreadable"] == 1
     flows = {f["tls"]["sni"] if f["tls"] else None for f in _flows(detecting, stream.machine_id)}
     assert flows == {"a.example.org", None}
+
+
+def _recorded(running) -> list:
+    """Every detection the pipeline hands to correlation, as it goes (the correlator still runs)."""
+    seen: list = []
+    correlator = running.app.pipeline.correlator
+    forward = correlator.correlate
+    correlator.correlate = lambda found: (seen.extend(found), forward(found))[1]
+    return seen
+
+
+def _learned(stream: sc.Stream, minutes: int = 65) -> int:
+    """The agent's everyday TLS (one client fingerprint) over `minutes` of event time: the rare-fingerprint
+    signal learns an agent for an hour and 20 handshakes first. Returns the time after it."""
+    t = sc.T0_MS
+    for i in range(minutes // 2):
+        name = f"www.site{i % 7}.example.com"
+        address = stream.dns(t, name)[0]
+        stream.tls(t + 40, address, name)
+        t += 120_000
+    return t
+
+
+def test_a_self_signed_certificate_to_a_public_address_is_a_detection_and_with_a_second_signal_an_alert(detecting):
+    seen = _recorded(detecting)
+    stream = sc.Stream("laptop-07", "10.0.1.73")
+    t = _learned(stream)
+    issued = datetime.datetime.fromtimestamp(sc.T0_MS / 1000, datetime.UTC) - 20 * tc.DAY
+    selfie = tc.issue("files.example-exfil.net", dns=["files.example-exfil.net"], not_before=issued, days=365)
+    flight = tr.server_flight(0xC02F, [0xFF01, 0x0000], [selfie.der])
+    stream.dns(t, "files.example-exfil.net", answers=[SERVER])  # resolved: not a raw-address connection
+    stream.tcp(t + 50, SERVER, 443, sc.client_hello("files.example-exfil.net"), 3000, 9000, reply=flight)
+    sc.stream(detecting.stub(), stream)
+    assert alerts_of(detecting) == []  # one signal is a detection, not an alert
+    (detection,) = [d for d in seen if d.indicator == SERVER]
+    assert detection.detector == "dpi.tls.cert_self_signed" and detection.indicator == SERVER
+    assert detection.evidence["subject"] == "CN=files.example-exfil.net" and detection.evidence["sha256"]
+    (flow,) = [f for f in _flows(detecting, stream.machine_id) if f["remote_ip"] == SERVER]
+    assert flow["tls"]["certificate"]["self_signed"] and flow["tls"]["chain_length"] == 1
+
+    # The second signal: a minute later a client this laptop (and the fleet) never used connects there.
+    tool = sc.Stream("laptop-07", "10.0.1.73")
+    tool.tcp(t + 60_000, SERVER, 443, tr.client_hello([0x1301, 0x1302, 0xC02F], [0x0000, 0x000A, 0x000D, 0x002B],
+             sni="files.example-exfil.net", groups=[0x001D], sig_algs=[0x0804], versions=[0x0304, 0x0303]),
+             3000, 9000, reply=flight)
+    sc.stream(detecting.stub(), tool)
+    (alert,) = alerts_of(detecting)
+    assert alert["indicator"] == SERVER
+    detectors = {d["detector"] for d in alert["detections"]}
+    assert detectors == {"dpi.tls.cert_self_signed", "dpi.tls.rare_fingerprint"}
+    rare = next(d for d in alert["detections"] if d["detector"] == "dpi.tls.rare_fingerprint")["evidence"]
+    assert rare["fleet_agents"] == 0 and rare["agent_handshakes"] >= 20 and rare["ja4"].startswith("t13d0304")
+
+
+def test_a_fingerprint_the_fleet_already_uses_is_not_rare_and_learning_agents_are_quiet(detecting):
+    seen = _recorded(detecting)
+    veteran, colleague, fresh = (sc.Stream("desk-01", "10.0.1.74"), sc.Stream("desk-02", "10.0.1.75"),
+                                 sc.Stream("desk-03", "10.0.1.76"))
+    t = _learned(veteran)
+    _learned(colleague)
+    hello = tr.client_hello([0x1301, 0xC02B], [0x0000, 0x002B], sni="app.example.org", versions=[0x0304])
+    for stream, at in ((veteran, t), (colleague, t + 60_000)):
+        stream.dns(at, "app.example.org", answers=["93.184.216.34"])
+        stream.tcp(at + 40, "93.184.216.34", 443, hello, 2000, 4000)
+    other = tr.client_hello([0x1301, 0x1303], [0x0000, 0x002B], sni="app.example.org", versions=[0x0304])
+    fresh.dns(sc.T0_MS, "app.example.org", answers=["93.184.216.34"])
+    fresh.tcp(sc.T0_MS + 40, "93.184.216.34", 443, other, 2000, 4000)  # never seen anywhere, but desk-03 is new
+    for stream in (veteran, colleague, fresh):
+        sc.stream(detecting.stub(), stream)
+    detecting.app.pipeline.drain()
+    rare = [d for d in seen if d.detector == "dpi.tls.rare_fingerprint"]
+    assert len(rare) == 1  # desk-01's: new to it and to the fleet; desk-02 follows a fleet fingerprint
+    assert rare[0].evidence["fleet_agents"] == 0 and rare[0].evidence["sni"] == "app.example.org"
+    assert rare[0].evidence["agent_watched_s"] >= 3600 and rare[0].first_ns >= (t + 40) * 1_000_000
+    assert alerts_of(detecting) == []

@@ -67,3 +67,11 @@ def server_hello(cipher: int, extensions: list[int], *, version: int = 0x0303, s
     body = struct.pack("!H", version) + bytes(32) + b"\x00" + struct.pack("!H", cipher) + b"\x00"
     body += struct.pack("!H", len(exts)) + exts
     return record(2, body)
+
+
+def server_flight(cipher: int, extensions: list[int], chain: list[bytes], *, version: int = 0x0303) -> bytes:
+    """A TLS 1.2 server's first flight: ServerHello, Certificate (DER chain, leaf first), ServerHelloDone."""
+    hello = server_hello(cipher, extensions, version=version)
+    entries = b"".join(len(der).to_bytes(3, "big") + der for der in chain)
+    certificate = record(11, len(entries).to_bytes(3, "big") + entries)
+    return hello + certificate + record(14, b"")
