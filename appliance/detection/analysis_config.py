@@ -108,6 +108,11 @@ class VolumeConfig(_Section):
     warmup_buckets: Count = 20
     min_bytes: Count = 20_000_000  # a bucket below this never alarms, whatever its z-score
     ema_alpha: Annotated[float, Field(gt=0, le=1)] = 0.1
+    # CUSUM over the same windows (behaviour.cusum): slow, steady excess that no single window shows.
+    cusum: bool = True
+    cusum_k: Annotated[float, Field(ge=0, le=10)] = 0.5  # allowance per window, in baseline standard deviations
+    cusum_h: Annotated[float, Field(gt=0, le=1000)] = 8.0  # decision threshold, in baseline standard deviations
+    cusum_min_bytes: Count = 50_000_000  # and at least this many bytes of accumulated excess
 
 
 class CorrelationConfig(_Section):

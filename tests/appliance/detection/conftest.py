@@ -40,3 +40,13 @@ def alerts_of(running: RunningAppliance, **filters: str) -> list[dict[str, Any]]
     status, body = running.rest.get("/api/v1/alerts?limit=1000" + (f"&{query}" if query else ""))
     assert status == 200, body
     return body["alerts"]
+
+
+def recorded_detections(running: RunningAppliance) -> list[Any]:
+    """Every detection the pipeline hands to correlation from now on, as it goes (the correlator still runs):
+    for signals that alone open no alert."""
+    seen: list[Any] = []
+    correlator = running.app.pipeline.correlator
+    forward = correlator.correlate
+    correlator.correlate = lambda found: (seen.extend(found), forward(found))[1]  # type: ignore[method-assign]
+    return seen

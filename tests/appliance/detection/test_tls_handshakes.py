@@ -11,7 +11,7 @@ from tests.agents.netns import lab_available
 from tests.appliance.detection import scenarios as sc
 from tests.appliance.detection import tls_certs as tc
 from tests.appliance.detection import tls_records as tr
-from tests.appliance.detection.conftest import alerts_of
+from tests.appliance.detection.conftest import alerts_of, recorded_detections
 from tests.appliance.detection.tls_capture import capture_client_hello
 
 SERVER = "185.220.101.47"
@@ -85,15 +85,6 @@ def test_hellos_cut_or_garbled_are_counted_and_the_flow_still_analysed(detecting
     assert flows == {"a.example.org", None}
 
 
-def _recorded(running) -> list:
-    """Every detection the pipeline hands to correlation, as it goes (the correlator still runs)."""
-    seen: list = []
-    correlator = running.app.pipeline.correlator
-    forward = correlator.correlate
-    correlator.correlate = lambda found: (seen.extend(found), forward(found))[1]
-    return seen
-
-
 def _learned(stream: sc.Stream, minutes: int = 65) -> int:
     """The agent's everyday TLS (one client fingerprint) over `minutes` of event time: the rare-fingerprint
     signal learns an agent for an hour and 20 handshakes first. Returns the time after it."""
@@ -107,7 +98,7 @@ def _learned(stream: sc.Stream, minutes: int = 65) -> int:
 
 
 def test_a_self_signed_certificate_to_a_public_address_is_a_detection_and_with_a_second_signal_an_alert(detecting):
-    seen = _recorded(detecting)
+    seen = recorded_detections(detecting)
     stream = sc.Stream("laptop-07", "10.0.1.73")
     t = _learned(stream)
     issued = datetime.datetime.fromtimestamp(sc.T0_MS / 1000, datetime.UTC) - 20 * tc.DAY
@@ -138,7 +129,7 @@ def test_a_self_signed_certificate_to_a_public_address_is_a_detection_and_with_a
 
 
 def test_a_fingerprint_the_fleet_already_uses_is_not_rare_and_learning_agents_are_quiet(detecting):
-    seen = _recorded(detecting)
+    seen = recorded_detections(detecting)
     veteran, colleague, fresh = (sc.Stream("desk-01", "10.0.1.74"), sc.Stream("desk-02", "10.0.1.75"),
                                  sc.Stream("desk-03", "10.0.1.76"))
     t = _learned(veteran)
