@@ -138,3 +138,14 @@ def test_every_documented_example_is_a_valid_condition():
         protocol = next(iter(sorted(FIELDS[condition["field"]].protocols)))
         rule, errors = parse_rule({**RULE, "protocol": protocol, "conditions": [condition]}, "example.yaml")
         assert errors == [], (example, errors)
+
+
+def test_in_list_names_a_shipped_list_and_refuses_anything_else_over_rest(detecting):
+    rule = {**RULE, "protocol": "tls", "conditions": [{"field": "tls.ja4", "op": "in_list", "value": "known_bad_ja4"}]}
+    assert detecting.rest.post("/api/v1/signatures/validate", rule)[0] == 200
+    for bad in ("no_such_list", "../../etc/passwd", ["known_bad_ja4"], 7, "x" * 10_000):
+        status, body = detecting.rest.post("/api/v1/signatures/validate", {**rule, "conditions": [{**rule["conditions"][0], "value": bad}]})
+        assert status == 422 and "conditions[0].value" in body["error"] and "known_bad_ja4" in body["error"], body
+        assert len(body["error"]) < 1000
+    status, body = detecting.rest.post("/api/v1/signatures/validate", {**rule, "conditions": [{"field": "tls.cert.key_bits", "op": "in_list", "value": "known_bad_ja4"}]})
+    assert status == 422 and "in_list does not apply to int field" in body["error"]

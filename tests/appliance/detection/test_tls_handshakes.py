@@ -50,23 +50,34 @@ def test_a_real_client_hello_gets_the_reference_ja4(detecting, tmp_path, client)
 
 
 
-def test_a_listed_fingerprint_and_a_raw_address_raise_one_alert(detecting):
-    from appliance.detection.dpi.tls_fingerprint import ja4
-    from appliance.detection.dpi.tls_parse import parse_client_hello
-
+def test_a_listed_server_fingerprint_and_a_raw_address_raise_one_alert(detecting):
     listed = fingerprint_lists()["known_bad_ja4s"]
-    reply = tr.server_hello(0x1301, [0x002B, 0x0033], selected=0x0304)
+    # IcedID's C2 as the mapping records it: TLS 1.2, ECDHE-RSA-AES256-GCM-SHA384, three extensions in this order.
+    reply = tr.server_hello(0xC030, [0xFF01, 0x0023, 0x0017])
     stream = sc.Stream("implant-host", "10.0.1.71")
+    hello = tr.client_hello([0xC030, 0xC02F], [0x0000, 0x000A, 0x000B], sni="", groups=[0x0017], point_formats=[0])
     for i in range(2):
-        stream.tcp(sc.T0_MS + i * 40_000, SERVER, 443, tr.client_hello([0x1301, 0x1302], [0x0000, 0x002B], sni="",
-                                                                         versions=[0x0304]), 2000, 4000, reply=reply)
+        stream.tcp(sc.T0_MS + i * 40_000, SERVER, 443, hello, 2000, 4000, reply=reply)
     sc.stream(detecting.stub(), stream)
-    assert ja4(parse_client_hello(tr.client_hello([0x1301], [0x002B], versions=[0x0304]))).startswith("t13i")
     (alert,) = alerts_of(detecting)
     detectors = {d["detector"] for d in alert["detections"]}
     assert "signature:SIG-TLS-005" in detectors and "dpi.tls.raw_ip" in detectors
     matched = next(d for d in alert["detections"] if d["detector"] == "signature:SIG-TLS-005")["evidence"]["matched"]
-    assert matched["tls.ja4s"] in listed
+    assert matched["tls.ja4s"] == "t120300_c030_5e2616a54c73" and listed[matched["tls.ja4s"]].tool == "IcedID C2 server"
+
+
+def test_a_generic_tls13_answer_is_not_on_the_list(detecting):
+    """Sliver's published JA4S is what any TLS 1.3 server choosing AES-128-GCM sends: left out of the list."""
+    stream = sc.Stream("browser-host", "10.0.1.77")
+    stream.dns(sc.T0_MS, "www.example.com", answers=["93.184.216.34"])
+    stream.tcp(sc.T0_MS + 40, "93.184.216.34", 443, tr.client_hello([0x1301], [0x0000, 0x002B], sni="www.example.com",
+               versions=[0x0304]), 2000, 4000, reply=tr.server_hello(0x1301, [0x002B, 0x0033], selected=0x0304))
+    seen = recorded_detections(detecting)
+    sc.stream(detecting.stub(), stream)
+    detecting.app.pipeline.drain()
+    (flow,) = [f for f in _flows(detecting, stream.machine_id) if f["remote_ip"] == "93.184.216.34"]
+    assert flow["tls"]["ja4s"] == "t130200_1301_a56c5b993250"
+    assert seen == [] and alerts_of(detecting) == []
 
 
 def test_hellos_cut_or_garbled_are_counted_and_the_flow_still_analysed(detecting):
@@ -149,3 +160,25 @@ def test_a_fingerprint_the_fleet_already_uses_is_not_rare_and_learning_agents_ar
     assert rare[0].evidence["fleet_agents"] == 0 and rare[0].evidence["sni"] == "app.example.org"
     assert rare[0].evidence["agent_watched_s"] >= 3600 and rare[0].first_ns >= (t + 40) * 1_000_000
     assert alerts_of(detecting) == []
+
+
+def test_hostile_certificate_flights_are_counted_and_never_stop_analysis(detecting):
+    hello = tr.client_hello([0xC02F], [0x0000], sni="files.example-exfil.net")
+    server = tr.server_hello(0xC02F, [0xFF01])
+    garbage = server + tr.record(11, (3 * 3).to_bytes(3, "big") + b"\x00\x00\x06" + b"\x30\x82\xff\xff\x00\x00")
+    huge = server + b"\x16\x03\x03\x00\x07" + b"\x0b\xff\xff\xff\xff\xff\xff"  # a 16 MB chain announced
+    many = server + tr.record(11, (1000 * 4).to_bytes(3, "big") + b"\x00\x00\x01\x30" * 1000)
+    stream = sc.Stream("odd-server-host", "10.0.1.78")
+    stream.dns(sc.T0_MS, "files.example-exfil.net", answers=[SERVER])
+    for i, flight in enumerate((garbage, huge, many)):
+        stream.tcp(sc.T0_MS + 100 + i * 1000, SERVER, 443, hello, 2000, 4000, reply=flight)
+    assert sc.stream(detecting.stub(), stream) == len(stream.packets)
+    detecting.app.pipeline.drain()
+    metrics = detecting.rest.get("/api/v1/metrics")[1]
+    assert metrics["flows_processed"] >= 3 and metrics["analysis_errors"] == 0
+    assert metrics["tls_certificates_unreadable"] == 1 + 8  # the garbage one, and the first 8 of the thousand
+    # The 16 MB chain, and the thousand entries (4 KB) cut by the 2 KB sample, are both incomplete.
+    assert metrics["tls_handshakes"] == 3 and metrics["tls_handshakes_incomplete"] == 2
+    flows = [f for f in _flows(detecting, stream.machine_id) if f["remote_ip"] == SERVER]
+    assert len(flows) == 3 and all(f["tls"]["certificate"] is None and f["tls"]["ja4"] for f in flows)
+    assert detecting.rest.get("/api/status")[0] == 200  # still serving
