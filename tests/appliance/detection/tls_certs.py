@@ -54,9 +54,9 @@ def issue(cn: str, *, issuer: Issued | None = None, dns: list[str] = (), ips: li
     return Issued(cert, key)
 
 
-def public_pki() -> tuple[Issued, Issued]:
-    """A root (the test's trust anchor) and an intermediate under it, like a public CA's."""
-    root = issue("Test Public Root R1", ca=True, days=3650, not_before=NOW - 1000 * DAY, org="Test Trust Services")
-    intermediate = issue("Test Public CA R3", issuer=root, ca=True, days=1500, not_before=NOW - 500 * DAY,
+def public_pki(at: datetime.datetime = NOW) -> tuple[Issued, Issued]:
+    """A root (the test's trust anchor) and an intermediate under it, like a public CA's, valid at `at`."""
+    root = issue("Test Public Root R1", ca=True, days=3650, not_before=at - 1000 * DAY, org="Test Trust Services")
+    intermediate = issue("Test Public CA R3", issuer=root, ca=True, days=1500, not_before=at - 500 * DAY,
                          org="Test Trust Services")
     return root, intermediate
