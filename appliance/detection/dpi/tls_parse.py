@@ -9,12 +9,15 @@ anything that is not a hello gives None. Nothing here raises on hostile input.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 _VERSIONS = {0x0300: "SSLv3", 0x0301: "TLSv1.0", 0x0302: "TLSv1.1", 0x0303: "TLSv1.2", 0x0304: "TLSv1.3"}
 MAX_HANDSHAKE_BYTES = 16_384  # one hello never needs more than a full record (Chrome's with PQ keys: ~1.8 KB)
 _HANDSHAKE = 0x16
 _CLIENT_HELLO, _SERVER_HELLO = 1, 2
+_TWO_U16 = struct.Struct("!HH")
+_U16S = [struct.Struct(f"!{n}H") for n in range(128)]  # the list lengths hellos use, compiled once
 EXT_SNI, EXT_GROUPS, EXT_POINT_FORMATS, EXT_SIG_ALGS, EXT_ALPN, EXT_VERSIONS = 0, 10, 11, 13, 16, 43
 
 
@@ -152,8 +155,13 @@ class _Reader:
         return self.data[self.pos - n : self.pos]
 
     def u16_list(self, length: int) -> list[int]:
-        raw = self.take(length - length % 2)
-        return [int.from_bytes(raw[i : i + 2], "big") for i in range(0, len(raw), 2)]
+        count = length // 2
+        if self.pos + 2 * count > self.end:
+            raise _Short
+        values = _U16S[count].unpack_from(self.data, self.pos) if count < len(_U16S) else \
+            struct.unpack_from(f"!{count}H", self.data, self.pos)
+        self.pos += length - length % 2
+        return list(values)
 
 
 class _Short(Exception):
@@ -166,8 +174,10 @@ def _read_extensions(r: _Reader, on_extension: object) -> tuple[list[int], bool]
         total = r.u16()
         ext = _Reader(r.data, r.pos, r.pos + total)
         complete = ext.end - ext.pos == total
-        while ext.left() >= 4:
-            ext_type, length = ext.u16(), ext.u16()
+        data, end = ext.data, ext.end
+        while end - ext.pos >= 4:
+            ext_type, length = _TWO_U16.unpack_from(data, ext.pos)
+            ext.pos += 4
             types.append(ext_type)
             body = ext.data[ext.pos : ext.pos + length]
             if len(body) < length:
