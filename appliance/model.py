@@ -147,9 +147,11 @@ class FlowRecord:
     end_reason: str = ""  # idle | active | tcp_close | stream_end | evicted | shutdown
     dns: list[DnsMessage] = field(default_factory=list)
     samples: list[Packet] = field(default_factory=list)
-    # The TLS handshake metadata (detection.dpi.tls_meta.TlsMetadata: hellos, JA4/JA4S/JA3, certificates),
-    # set once by analysis when the samples hold a hello; typed loosely so the model imports no detection code.
-    tls: Any = None
+    # The REST flow view's TLS object (JA4/JA4S/JA3, SNI, ALPN, leaf certificate: detection.dpi.tls_meta),
+    # set once by analysis when the samples hold a hello. A plain dict of strings, not the parsed hellos:
+    # finished flows stay in memory, and thousands of small tracked objects would make every full
+    # garbage collection slower.
+    tls: dict[str, Any] | None = None
 
     @property
     def local_addr(self) -> str:

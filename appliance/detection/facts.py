@@ -71,5 +71,6 @@ class FlowFacts:
         if not meta.complete:
             self.tls_incomplete += 1
         self.tls_certificates_unreadable += meta.certificates_unreadable
-        result.tls = flow.tls = meta  # on the record too: the REST flow view shows it without parsing again
+        result.tls = meta
+        flow.tls = meta.view()  # on the record too: the REST flow view shows it without parsing again
         result.client_hello = meta.client_hello

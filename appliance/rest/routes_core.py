@@ -148,11 +148,11 @@ def flow_view(flow: FlowRecord, state: str) -> dict[str, Any]:
 
 
 def _tls_view(flow: FlowRecord) -> dict[str, Any] | None:
-    meta = flow.tls  # set by analysis; a flow still queued for analysis is read from its samples here
-    if meta is None:
-        if not flow.samples or not opens_handshake(flow):
-            return None
-        meta = tls_metadata(flow)
+    if flow.tls is not None:  # set by analysis; a flow still queued for analysis is read from its samples here
+        return flow.tls
+    if not flow.samples or not opens_handshake(flow):
+        return None
+    meta = tls_metadata(flow)
     return meta.view() if meta is not None else None
 
 

@@ -182,3 +182,16 @@ def test_hostile_certificate_flights_are_counted_and_never_stop_analysis(detecti
     flows = [f for f in _flows(detecting, stream.machine_id) if f["remote_ip"] == SERVER]
     assert len(flows) == 3 and all(f["tls"]["certificate"] is None and f["tls"]["ja4"] for f in flows)
     assert detecting.rest.get("/api/status")[0] == 200  # still serving
+
+
+def test_the_flow_view_reads_a_flow_not_yet_analysed_from_its_samples():
+    from appliance.model import FlowRecord, Packet, Transport
+    from appliance.rest.routes_core import flow_view
+
+    hello = tr.client_hello([0x1301], [0x0000, 0x002B], sni="queued.example.org", versions=[0x0304])
+    flow = FlowRecord("f1", "agent", 6, Transport.TCP, 1, 40000, 2, 443, 0, 1)
+    flow.samples = [Packet(0, 1, 6, Transport.TCP, 1, 2, 40000, 443, len(hello) + 52, hello)]
+    view = flow_view(flow, "active")["tls"]
+    assert view["sni"] == "queued.example.org" and view["ja4"].startswith("t13d0102") and view["certificate"] is None
+    flow.samples = [Packet(0, 1, 6, Transport.TCP, 1, 2, 40000, 443, 100, b"GET / HTTP/1.1\r\n\r\n")]
+    assert flow_view(flow, "active")["tls"] is None
