@@ -7,6 +7,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# What the tests and benches add (requirements-test.txt and the concierge's own requirements).
+TEST_STAMP := $(VENV)/.installed-test
 GEN := appliance/generated/sensor_pb2.py
 AGENTS_GEN := agents/generated/sensor_pb2.py
 # The C hot path of ingestion (appliance/native/fastpath.c), compiled in place by the editable install.
@@ -48,9 +50,15 @@ sysdeps:
 sysdeps-test: sysdeps
 	$(call apt_ensure,$(TEST_APT_PACKAGES))
 
-$(STAMP): requirements.txt concierge/requirements.txt pyproject.toml | sysdeps
+$(STAMP): requirements.txt pyproject.toml | sysdeps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt $(PIPQUIET)
+	@touch $@
+
+# One pip call for every file: a pin that disagrees between the products' files stops here.
+$(TEST_STAMP): requirements-test.txt concierge/requirements.txt concierge/requirements-test.txt $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt -r requirements-test.txt \
+	  -r concierge/requirements.txt -r concierge/requirements-test.txt $(PIPQUIET)
 	@touch $@
 
 $(NATIVE): appliance/native/fastpath.c pyproject.toml $(STAMP)
@@ -111,10 +119,10 @@ run: $(GEN) $(AGENT_BUILT)
 	$(PY) -m appliance.dashboard $(if $(CONFIG),--config $(CONFIG)) --wait 60 & pids="$$pids $$!"; \
 	wait -n
 
-test: $(GEN) $(AGENTS_GEN) | sysdeps-test
+test: $(GEN) $(AGENTS_GEN) $(TEST_STAMP) | sysdeps-test
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
 
-bench: $(GEN) $(AGENTS_GEN) | sysdeps-test
+bench: $(GEN) $(AGENTS_GEN) $(TEST_STAMP) | sysdeps-test
 	$(PY) -m bench
 
 clean:
@@ -125,10 +133,10 @@ clean:
 # -- DGA detection (issue 16) -------------------------------------------------------------------
 .PHONY: eval-dga dga-models
 # Per-family detection share and benign false-positive rate through the real analysis pipeline.
-eval-dga: $(GEN) | sysdeps-test
+eval-dga: $(GEN) $(TEST_STAMP) | sysdeps-test
 	$(PY) -m tools.dga_eval
 # Rebuilds the shipped name models from the word lists that packages ship (offline).
-dga-models: $(STAMP) | sysdeps-test
+dga-models: $(TEST_STAMP) | sysdeps-test
 	$(PY) -m appliance.detection.dpi.dga build /usr/share/dict/american-english
 	$(PY) -m appliance.detection.dpi.dga_words build /usr/share/dict/american-english
 -include console/console.mk

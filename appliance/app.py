@@ -13,8 +13,9 @@ from typing import Any
 
 import grpc
 
-from appliance.agents import AgentRegistry
+from appliance.agent_registry import AgentRegistry
 from appliance.artifacts import CA_FILE, ArtifactStore
+from appliance.export import JsonLinesExporter
 from appliance.enrollment import EnrollmentService, EnrollmentStore, StreamGate, default_endpoints
 from appliance.config import Settings, split_listen
 from appliance.flows.finished import FinishedFlows
@@ -28,7 +29,8 @@ from appliance.retention import RetentionService
 from appliance.model import FlowRecord
 from appliance.pipeline import AnalysisPipeline
 from appliance.detection import DetectionParts
-from appliance.detection.alerts import AlertChannel, AlertStore
+from appliance.detection.alert_channel import AlertChannel
+from appliance.detection.alert_store import AlertStore
 from appliance.detection.analysis_config import AnalysisConfigHolder, ConfigStore, load_analysis_config
 from appliance.detection.behaviour import BehaviourLayer
 from appliance.detection.correlation import Correlator
@@ -97,14 +99,19 @@ class Appliance:
     ca: CertificateAuthority
     admin_token: str
     admin_token_created: bool
+    enrollment: EnrollmentService
+    enrollment_store: EnrollmentStore
+    artifacts: ArtifactStore
+    retention: RetentionService
+    console_settings: ConsoleSettingsStore
     detection: DetectionParts | None = None
+    exporter: JsonLinesExporter | None = None  # export.enabled
     grpc_port: int = 0
     rest_port: int = 0
     _grpc: grpc.Server | None = None
     _rest: HttpServer | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
-    extras: dict[str, Any] = field(default_factory=dict)
     stream_gate: StreamAuthorizer | None = None  # certificate binding and revocation (enrollment)
 
     def start(self) -> None:
@@ -113,8 +120,9 @@ class Appliance:
         self.history.start()
         if self.detection is not None:
             self.detection.watcher.start()
-        if "retention" in self.extras:
-            self.extras["retention"].start()
+        self.retention.start()
+        if self.exporter is not None:
+            self.exporter.start()
         servicer = SensorServicer(self.ingest, authorize=self.stream_gate)
         credentials = None
         if s.grpc.tls:
@@ -170,13 +178,13 @@ class Appliance:
         self.tracker.flush_all()
         self.pipeline.drain()
         self.pipeline.stop()
+        if self.exporter is not None:
+            self.exporter.stop()  # after the drain: the flushed flows and their alerts are written too
         self.history.stop()
-        if "retention" in self.extras:
-            self.extras["retention"].stop()
+        self.retention.stop()
         if self._rest is not None:
             self._rest.stop()
-        for closer in self.extras.get("closers", []):
-            closer()
+        self.enrollment_store.close()
         if self.detection is not None:
             self.detection.watcher.stop()
             self.detection.db.close()
@@ -209,6 +217,11 @@ def build(settings: Settings) -> Appliance:
     alert_store = AlertStore(detection_db)
     alert_channel = AlertChannel()
     alert_channel.subscribe(alert_store.save)
+    export = settings.export
+    exporter = JsonLinesExporter(export.path or paths.state_dir / "export" / "eve.json", flows=export.flows, alerts=export.alerts, queue_size=export.queue,
+                                 max_bytes=export.max_bytes, keep=export.keep) if export.enabled else None
+    if exporter is not None:
+        alert_channel.subscribe(exporter.alert)
     correlator = Correlator(analysis_config, alert_store, alert_channel)
     exclusions = ExclusionStore(detection_db)
     console_settings = ConsoleSettingsStore(detection_db, analysis_config)
@@ -233,6 +246,8 @@ def build(settings: Settings) -> Appliance:
     def on_expire(flows: list[FlowRecord]) -> None:
         finished.extend(flows)
         pipeline.submit_many(flows)
+        if exporter is not None:
+            exporter.flows(flows)
 
     tracker = FlowTracker(
         on_expire,
@@ -278,6 +293,7 @@ def build(settings: Settings) -> Appliance:
         "repaired_by_reason": lambda: ingest.repaired_by_reason,
         "rest_connections": lambda: appliance.rest_stats(),
         "blanket_exclusions": lambda: len(exclusions.blanket()),
+        "export": lambda: exporter.stats() if exporter is not None else {},
         "retention_alerts_deleted": lambda: retention.alerts_deleted,
         "retention_flows_deleted": lambda: retention.flows_deleted,
     }, derived=[ThroughputMeter(lambda: ingest.packets_received, lambda: ingest.bytes_received,
@@ -313,14 +329,10 @@ def build(settings: Settings) -> Appliance:
     )
     appliance = Appliance(
         settings=settings, ingest=ingest, tracker=tracker, pipeline=pipeline, agents=agents, api=api,
-        history=history, ca=ca, admin_token=admin_token, admin_token_created=created, detection=detection,
-        stream_gate=StreamGate(enrollment_store),
+        history=history, ca=ca, admin_token=admin_token, admin_token_created=created, enrollment=enrollment,
+        enrollment_store=enrollment_store, artifacts=artifacts, retention=retention, console_settings=console_settings,
+        detection=detection, exporter=exporter, stream_gate=StreamGate(enrollment_store),
     )
-    appliance.extras["enrollment"] = enrollment
-    appliance.extras["artifacts"] = artifacts
-    appliance.extras["retention"] = retention
-    appliance.extras["console_settings"] = console_settings
-    appliance.extras.setdefault("closers", []).append(enrollment_store.close)
     return appliance
 
 

@@ -16,6 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from appliance.errors import ConfigError
 
 
+# The checkout the appliance runs from: the shipped rules live here, and the default state goes
+# here, whatever directory it is started from (a bare `rules` would load an empty directory).
+INSTALL_ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_RULES = INSTALL_ROOT / "rules"
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -66,7 +72,7 @@ class DashboardSettings(_Section):
     listen: str = "0.0.0.0:3000"
     # The REST API the console speaks to; default https://127.0.0.1:<rest port> (http when rest.tls is false).
     api_url: str = ""
-    dist_dir: Path = Path("console/dist")  # the built web app (make console)
+    dist_dir: Path = INSTALL_ROOT / "console" / "dist"  # the built web app (make console)
     threads: Annotated[int, Field(ge=2, le=512)] = 16
     session_idle_minutes: Annotated[float, Field(gt=0, le=24 * 60)] = 30.0
     session_max_hours: Annotated[float, Field(gt=0, le=24 * 30)] = 12.0
@@ -81,10 +87,6 @@ class DashboardSettings(_Section):
         return value.rstrip("/")
 
 
-# The checkout the appliance runs from: the shipped rules live here, and the default state goes
-# here, whatever directory it is started from (a bare `rules` would load an empty directory).
-INSTALL_ROOT = Path(__file__).resolve().parents[1]
-SHIPPED_RULES = INSTALL_ROOT / "rules"
 
 
 class PathSettings(_Section):
@@ -134,6 +136,25 @@ class MetricsSettings(_Section):
     history_interval: Annotated[float, Field(gt=0, le=3600)] = 5.0
 
 
+class ExportSettings(_Section):
+    """The JSON-lines export of alerts and flow records for a SIEM shipper (docs/export.md)."""
+
+    enabled: bool = False
+    path: Path | None = None  # None: <paths.state_dir>/export/eve.json
+    flows: bool = True
+    alerts: bool = True
+    max_bytes: Annotated[int, Field(ge=1 << 16, le=1 << 40)] = 100 << 20
+    keep: Annotated[int, Field(ge=1, le=1000)] = 5
+    queue: Annotated[int, Field(ge=100, le=10_000_000)] = 100_000
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _a_file(cls, value: Any) -> Any:
+        if isinstance(value, str) and (not value.strip() or value.endswith("/")):
+            raise ValueError("must name a file (the rotated files are <path>.1, <path>.2, ...)")
+        return value
+
+
 class TlsSettings(_Section):
     # Extra subject alternative names for the server certificate (DNS names or IP addresses).
     server_names: list[str] = Field(default_factory=list)
@@ -180,6 +201,7 @@ class Settings(_Section):
     enrollment: EnrollmentSettings = EnrollmentSettings()
     artifacts: ArtifactSettings = ArtifactSettings()
     release: ReleaseSettings = ReleaseSettings()
+    export: ExportSettings = ExportSettings()
 
 
 def describe_errors(err: ValidationError, source: str) -> str:

@@ -86,8 +86,7 @@ class ConsoleSettingsStore:
         self._db = db
         self._analysis = analysis
         self._listeners: list[Callable[[ConsoleSettings], None]] = []
-        with db.lock, db.conn:
-            db.conn.execute("CREATE TABLE IF NOT EXISTS console_settings (id INTEGER PRIMARY KEY CHECK (id = 1), body TEXT NOT NULL)")
+        with db.lock:
             row = db.conn.execute("SELECT body FROM console_settings WHERE id = 1").fetchone()
         self.current = ConsoleSettings()
         if row:

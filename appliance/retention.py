@@ -8,7 +8,7 @@ import threading
 import time
 
 from appliance.console_settings import ConsoleSettingsStore
-from appliance.detection.alerts import AlertStore
+from appliance.detection.alert_store import AlertStore
 from appliance.detection.database import DetectionDatabase
 from appliance.flows.finished import FinishedFlows
 

@@ -38,13 +38,13 @@ def _serve(state: str, conn: Any) -> None:
     from concierge.settings import Settings
 
     concierge = build(Settings(state_dir=Path(state), kdf_n=2**10))
-    users = concierge.services["users"]
-    sessions = concierge.services["sessions"]
+    users = concierge.services.users
+    sessions = concierge.services.sessions
     now = concierge.clock.iso()
     staff_id = users.store.create("bench-staff@hotel.test", "Staff", "x", "Bench Hotel", now)
     org = sessions.store.first_organization(staff_id)
     staff_sid, _ = sessions.start(staff_id, org)
-    guests = concierge.services["cardex"].store
+    guests = concierge.services.cardex.store
     with concierge.db.transaction() as tx:  # through the register's own write path, as staff and PMS imports write
         for i in range(GUESTS):
             values = {"first_name": f"First{i}", "last_name": f"Last{i:05d}", "email": f"g{i}@mail.test", "phone": f"+33 6 {i:08d}", "room": str(100 + i % 400), "vip": i % 20 == 0}

@@ -149,7 +149,7 @@ def _our_server():
 
 def _rss_with_flows() -> None:
     """Runs in a fresh process: fill a tracker with 100,000 concurrent flows, print peak RSS."""
-    from appliance.agents import AgentRegistry
+    from appliance.agent_registry import AgentRegistry
     from appliance.flows.tracker import FlowTracker
     from appliance.generated import sensor_pb2
     from appliance.ingest.convert import PacketConverter

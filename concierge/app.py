@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import bottle
@@ -32,6 +32,22 @@ log = logging.getLogger(__name__)
 VERSION = "1.0.0"
 
 
+@dataclass(frozen=True)
+class Services:
+    """The domain services the composition root built (the seed and tests drive them directly)."""
+
+    users: users.UserService
+    invitations: invitations.InvitationService
+    cardex: cardex.CardexService
+    sessions: SessionService
+    hasher: PasswordHasher
+    payments: payment.PaymentService
+    payment_provider: PaymentProvider
+    ai: ai_concierge.ConciergeAi
+    sync: integrations.SyncService
+    booking: booking.BookingService
+
+
 @dataclass
 class Concierge:
     """The running application's parts, for the entry point and tests."""
@@ -47,7 +63,7 @@ class Concierge:
     outbox: OutboxDispatcher
     pms: PmsAdapter
     mailer: SpoolMailer
-    services: dict[str, Any] = field(default_factory=dict)
+    services: Services
     server: Server | None = None
 
     def openapi(self) -> dict[str, Any]:
@@ -102,21 +118,7 @@ def build(
     sessions = SessionService(session_store, clock, settings.session_idle_seconds, settings.session_absolute_seconds, settings.trust_proxy)
     hasher = PasswordHasher(n=settings.kdf_n)
 
-    def pms_check_in(payload: dict[str, Any]) -> None:
-        with db.transaction(write=False) as tx:
-            guest = tx.one("SELECT * FROM guests WHERE id = ?", (payload["guestId"],)) or {}
-        reservation = pms.check_in(payload.get("reservationId"), guest)
-        if guest and not guest.get("pms_reservation_id"):
-            with db.transaction() as tx:
-                tx.execute("UPDATE guests SET pms_reservation_id = ? WHERE id = ? AND pms_reservation_id IS NULL", (reservation, payload["guestId"]))
-                cardex.touch_guest_list(tx, guest["organization_id"], payload["guestId"])
-
-    def pms_check_out(payload: dict[str, Any]) -> None:
-        with db.transaction(write=False) as tx:
-            guest = tx.one("SELECT * FROM guests WHERE id = ?", (payload["guestId"],)) or {}
-        pms.check_out(guest.get("pms_reservation_id") or payload.get("reservationId"), guest)
-
-    outbox = OutboxDispatcher(db, clock, {"pms.check_in": pms_check_in, "pms.check_out": pms_check_out}, settings.outbox_interval_seconds)
+    outbox = OutboxDispatcher(db, clock, integrations.PmsHandoff(db, pms).handlers(), settings.outbox_interval_seconds)
 
     app = bottle.Bottle()
     app.default_error_handler = default_error_handler  # type: ignore[method-assign]
@@ -158,10 +160,9 @@ def build(
     concierge = Concierge(
         settings=settings, db=db, pubsub=pubsub, hub=hub, clock=clock, api=api, app=app,
         wsgi=Edge(app, settings.cors_origins, settings.trust_proxy), outbox=outbox, pms=pms, mailer=mailer,
-        services={
-            "users": user_service, "cardex": cardex_service, "sessions": sessions, "hasher": hasher, "payments": payment_service,
-            "payment_provider": payments, "ai": concierge_ai, "invitations": invitation_service, "sync": sync_service, "booking": booking_service,
-        },
+        services=Services(users=user_service, invitations=invitation_service, cardex=cardex_service, sessions=sessions,
+                          hasher=hasher, payments=payment_service, payment_provider=payments, ai=concierge_ai,
+                          sync=sync_service, booking=booking_service),
     )
     docs.mount(app, concierge.openapi, sessions, settings.production, settings.openapi_enabled)
     return concierge

@@ -6,5 +6,10 @@ TEST_APT_PACKAGES += nginx redis-server postgresql
 CONCIERGE_PORT ?= 8090
 
 .PHONY: concierge
-concierge: $(STAMP)
+CONCIERGE_STAMP := $(VENV)/.installed-concierge
+$(CONCIERGE_STAMP): concierge/requirements.txt $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt -r concierge/requirements.txt $(PIPQUIET)
+	@touch $@
+
+concierge: $(CONCIERGE_STAMP)
 	CONCIERGE_STATE_DIR=$${CONCIERGE_STATE_DIR:-var/concierge} $(PY) -m concierge --seed --port $(CONCIERGE_PORT)

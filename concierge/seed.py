@@ -42,15 +42,15 @@ MENU = [
 
 def seed_demo(concierge: Concierge, guests: int = 40) -> dict[str, tuple[str, str]]:
     """Create the demo hotel; returns {role: (email, password)}."""
-    users = concierge.services["users"]
+    users = concierge.services.users
     credentials = {role: (email, DEMO_PASSWORD) for role, (email, _) in DEMO_USERS.items()}
     if users.store.by_email(DEMO_USERS["owner"][0]) is not None:
         return credentials
     now = concierge.clock.iso()
-    hasher = concierge.services["hasher"]
+    hasher = concierge.services.hasher
     owner_email, owner_name = DEMO_USERS["owner"]
     owner_id = users.store.create(owner_email, owner_name, hasher.hash(DEMO_PASSWORD), "Hotel Aurora", now)
-    org = concierge.services["sessions"].store.first_organization(owner_id)
+    org = concierge.services.sessions.store.first_organization(owner_id)
     ids = {"owner": owner_id}
     for role, (email, name) in DEMO_USERS.items():
         if role != "owner":

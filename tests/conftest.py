@@ -17,6 +17,7 @@ import pytest
 from appliance.app import Appliance, build
 from appliance.config import parse_settings
 from appliance.generated import sensor_pb2_grpc
+from tests.agents.netns import Lab, lab_available
 
 
 @dataclass
@@ -119,3 +120,16 @@ def appliance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runni
         yield running
     finally:
         running.app.stop()
+
+
+@pytest.fixture
+def lab() -> Iterator[Lab]:
+    """A network-namespace lab of its own for one test (tests/agents/netns.py), closed after it."""
+    reason = lab_available()
+    if reason:
+        pytest.skip(reason)
+    lab = Lab.create()
+    try:
+        yield lab
+    finally:
+        lab.close()

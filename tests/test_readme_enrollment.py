@@ -17,12 +17,11 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.agents.netns import Lab, lab_available
+from tests.agents.netns import Lab
 from tests.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,37 +40,26 @@ def readme_token_command() -> str:
     return line
 
 
-@pytest.fixture
-def lab() -> Iterator[Lab]:
-    reason = lab_available()
-    if reason:
-        pytest.skip(reason)
-    lab = Lab.create()
-    try:
-        yield lab
-    finally:
-        lab.close()
-
-
 @pytest.mark.slow
 def test_clean_clone_make_run_then_the_readme_enrolls_a_linux_machine_with_one_pasted_command(lab: Lab,
                                                                                                 tmp_path: Path):
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
     address, _ = lab.uplink
-    rest_port, grpc_port = free_port(), free_port()
+    rest_port, grpc_port, console_port = free_port(), free_port(), free_port()
     config = tmp_path / "config.yaml"
-    config.write_text(f'grpc: {{listen: "{address}:{grpc_port}"}}\nrest: {{listen: "{address}:{rest_port}"}}\n')
+    config.write_text(f'grpc: {{listen: "{address}:{grpc_port}"}}\nrest: {{listen: "{address}:{rest_port}"}}\n'
+                      f'dashboard: {{listen: "{address}:{console_port}"}}\n')
     env = {k: v for k, v in os.environ.items() if k not in ("SENSOR_ADMIN_TOKEN", "MAKEFLAGS", "MAKELEVEL")}
     log = tmp_path / "make-run.log"
     with log.open("w") as out:
         make = subprocess.Popen(["make", "run", f"CONFIG={config}"], cwd=clone, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        banner = wait_for(lambda: "authenticate" in log.read_text() or make.poll() is not None, timeout=1200,
-                          interval=1.0)
+        started = wait_for(lambda: ("authenticate" in log.read_text() and "console URL" in log.read_text())
+                           or make.poll() is not None, timeout=1200, interval=1.0)
         output = log.read_text()
-        assert banner and make.poll() is None, output[-4000:]
+        assert started and make.poll() is None, output[-4000:]
         assert "building the Linux agent with PyInstaller" in output and "built the Linux agent in" in output
         served = clone / "var" / "static" / "agents" / "linux-amd64" / "sensor-agent"
         assert served.stat().st_mode & 0o111
@@ -102,6 +90,21 @@ def test_clean_clone_make_run_then_the_readme_enrolls_a_linux_machine_with_one_p
         _, peer = lab.link
         context = ssl.create_default_context(cafile=str(clone / "var" / "certs" / "ca.pem"))
         token = (clone / "var" / "admin.token").read_text().strip()
+
+        # The console came up beside it, said where, and serves its app (its API calls reach the appliance).
+        assert re.search(rf"console URL\s+: https://{re.escape(address)}:{console_port}/", output), output[-4000:]
+        with urllib.request.urlopen(f"https://{address}:{console_port}/", context=context, timeout=10) as answer:
+            assert answer.status == 200 and b'<div id="app"' in answer.read()
+        password = (clone / "var" / "console-admin.password").read_text().strip()
+        sign_in = urllib.request.Request(f"https://{address}:{console_port}/auth/login", method="POST",
+                                         data=json.dumps({"username": "admin", "password": password}).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(sign_in, context=context, timeout=10) as answer:
+            cookie = answer.headers["Set-Cookie"].split(";", 1)[0]
+        through_console = urllib.request.Request(f"https://{address}:{console_port}/api/v1/metrics",
+                                                 headers={"Cookie": cookie})
+        with urllib.request.urlopen(through_console, context=context, timeout=10) as answer:
+            assert "packets_received" in json.load(answer)
 
         def online_with_packets() -> list:
             lab.ns(lab.agent_ns, "python3", "-c", "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "

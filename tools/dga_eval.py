@@ -97,7 +97,8 @@ def _names(stream) -> list[str]:  # noqa: ANN001
 
 def _lookups(stream) -> list[tuple[str, int]]:  # noqa: ANN001
     """(question name, rcode) of each answer in a stream (decoded as the appliance decodes it)."""
-    from appliance.ingest.convert import PacketConverter, expand
+    from appliance.flows.packets import expand
+    from appliance.ingest.convert import PacketConverter
 
     out = []
     for raw in PacketConverter().read(p for p in stream.packets if p.direction == 2):

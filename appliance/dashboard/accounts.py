@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.errors import ApplianceError
+from appliance.migrations import migrate
 
 ROLES = ("admin", "analyst")
 USERNAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -77,10 +78,8 @@ class UserStore:
         self._conn = sqlite3.connect(str(path), check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._lock = threading.Lock()
-        with self._lock, self._conn:
-            self._conn.execute(
-                "CREATE TABLE IF NOT EXISTS users (username TEXT PRIMARY KEY, role TEXT NOT NULL, password TEXT NOT NULL, "
-                "disabled INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL, last_login REAL)")
+        with self._lock:
+            migrate(self._conn, "console")
         os.chmod(path, 0o600)
         # Verified against when the username is unknown, so that both cases cost one scrypt.
         self._dummy = hash_password(secrets.token_urlsafe(16))

@@ -27,8 +27,13 @@ class CertificatesMissing(ConfigError):
 
 
 def default_api_url(settings: Settings) -> str:
-    _, port = split_listen(settings.rest.listen)
-    return f"{'https' if settings.rest.tls else 'http'}://127.0.0.1:{port}"
+    """The REST API on this machine: loopback when it listens on every address, else the address it is bound to."""
+    host, port = split_listen(settings.rest.listen)
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    return f"{'https' if settings.rest.tls else 'http'}://{host}:{port}"
 
 
 @dataclass
@@ -49,7 +54,7 @@ class Dashboard:
         host, port = split_listen(self.settings.dashboard.listen)
         self._server = HttpServer(self.web.app, host, port, threads=self.settings.dashboard.threads,
                                   cert_file=self.cert_file, key_file=self.key_file, name="dashboard",
-                                  max_body_bytes=self.web.max_body_bytes + 64 * 1024)
+                                  max_body_bytes=self.web.max_body_bytes, error_body=self.web.front_refused)
         self._server.start()
         self.port = self._server.port
         log.info("dashboard listening %s:%d api=%s", host, self.port, self.upstream.base_url)

@@ -24,7 +24,7 @@ from appliance.dashboard.proxy import ApplianceClient, UpstreamUnavailable
 from appliance.dashboard.ratelimit import SignInLimiter
 from appliance.dashboard.sessions import Session, SessionStore
 from appliance.errors import ApiError
-from appliance.rest.api import json_response, json_response_error, parse_model, read_json
+from appliance.rest.api import error_body, json_response, json_response_error, parse_model, read_json
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,10 @@ class UserPatchBody(BaseModel):
     role: Literal["admin", "analyst"] | None = None
 
 
+# The HTTP front's refusal reasons, in the console's codes (one code per kind of refusal, wherever refused).
+_FRONT_CODES = {"body_too_large": "too_large", "head_too_large": "too_large", "internal_error": "internal"}
+
+
 class Counters:
     """What the dashboard refused and why (logged on shutdown, exposed to tests)."""
 
@@ -128,6 +132,12 @@ class DashboardWeb:
         if res.status_code >= 500:
             log.error("unhandled error: %r", res.exception)
         return json.dumps({"error": reasons.get(res.status_code, "Error")})
+
+    def front_refused(self, status: int, reason: str, message: str) -> str:
+        """The body of what the HTTP front answers itself (a request never handed to a worker), counted."""
+        code = _FRONT_CODES.get(reason, reason)
+        self.counters.count(code)
+        return error_body(status, message, code)
 
     def _guard(self, handler: Callable[..., Any]) -> Callable[..., Any]:
         """One error shape: ApiError rendered, anything else logged and answered 500."""

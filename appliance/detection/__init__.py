@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from appliance.detection.alerts import AlertChannel, AlertStore
+    from appliance.detection.alert_channel import AlertChannel
+    from appliance.detection.alert_store import AlertStore
     from appliance.detection.analysis_config import AnalysisConfigHolder
     from appliance.detection.behaviour import BehaviourLayer
     from appliance.detection.correlation import Correlator

@@ -161,8 +161,6 @@ class ConfigStore:
     def __init__(self, db: DetectionDatabase) -> None:
         self._db = db.conn
         self._lock = db.lock
-        with self._lock, self._db:
-            self._db.execute("CREATE TABLE IF NOT EXISTS analysis_config (id INTEGER PRIMARY KEY CHECK (id = 1), body TEXT NOT NULL)")
 
     def load(self) -> dict[str, Any] | None:
         with self._lock:

@@ -15,7 +15,9 @@ import time
 from collections import deque
 from typing import Any
 
-from appliance.detection.alerts import MAX_DETECTIONS_KEPT, Alert, AlertChannel, AlertStore
+from appliance.detection.alert import Alert, MAX_DETECTIONS_KEPT
+from appliance.detection.alert_channel import AlertChannel
+from appliance.detection.alert_store import AlertStore
 from appliance.detection.analysis_config import AnalysisConfigHolder, CorrelationConfig
 from appliance.model import Category, Detection, Severity
 

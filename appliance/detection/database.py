@@ -1,6 +1,7 @@
 """The detection state database: one SQLite file in WAL mode under the state directory.
 
-Alerts with their triage, exclusions and the analysis config live here; flows do not. WAL with
+Alerts with their triage, exclusions, the analysis config and the console's settings live here; flows do
+not. The tables are the migrations' (appliance/migrations/detection/). WAL with
 `synchronous=NORMAL` keeps every committed transaction across a process crash (kill -9); only a
 power loss may cost the last ones. One connection, serialised by one lock: statements are short.
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
+
+from appliance.migrations import migrate
 
 DB_FILE = "detection.db"
 
@@ -24,6 +27,7 @@ class DetectionDatabase:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.execute("PRAGMA busy_timeout=5000")
+        migrate(self.conn, "detection")  # every table of the stores below, created or brought up to date
         self.lock = threading.Lock()
 
     def close(self) -> None:

@@ -133,10 +133,6 @@ class ExclusionStore:
     def __init__(self, db: DetectionDatabase) -> None:
         self._db = db
         self._suffixes = PublicSuffixList(accept_unknown=False)
-        with db.lock, db.conn:
-            db.conn.execute("CREATE TABLE IF NOT EXISTS exclusions (id TEXT PRIMARY KEY, value TEXT NOT NULL, "
-                            "kind TEXT NOT NULL, protocol TEXT NOT NULL, agent_id TEXT, comment TEXT NOT NULL, "
-                            "created_at REAL NOT NULL)")
         self._compiled = _Compiled(self._load())
 
     def _load(self) -> list[Exclusion]:

@@ -23,39 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.errors import ApplianceError
+from appliance.migrations import migrate
 
 log = logging.getLogger(__name__)
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS tokens (
-    token_hash TEXT PRIMARY KEY,
-    prefix     TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    expires_at REAL NOT NULL,
-    used_at    REAL,
-    used_by    TEXT,
-    used_os    TEXT
-);
-CREATE TABLE IF NOT EXISTS certificates (
-    fingerprint   TEXT PRIMARY KEY,
-    serial        TEXT NOT NULL,
-    common_name   TEXT NOT NULL,
-    enrolled      INTEGER NOT NULL,
-    token_prefix  TEXT,
-    os            TEXT,
-    issued_at     REAL,
-    not_after     REAL,
-    cert_pem      TEXT,
-    machine_id    TEXT,
-    agent_id      TEXT,
-    bound_at      REAL,
-    revoked_at    REAL,
-    revoke_reason TEXT
-);
-CREATE INDEX IF NOT EXISTS certificates_agent ON certificates(agent_id);
-CREATE INDEX IF NOT EXISTS certificates_machine ON certificates(machine_id);
-"""
-
 
 class EnrollmentError(ApplianceError):
     """Root of the enrollment package's errors."""
@@ -116,7 +86,7 @@ class EnrollmentStore:
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
+            migrate(self._db, "enrollment")
 
     def close(self) -> None:
         with self._lock:

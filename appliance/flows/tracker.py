@@ -26,12 +26,13 @@ import secrets
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from appliance.ingest.convert import PacketConverter, RawPacket, dns_message, expand
+from appliance.flows.packets import RawPacket, dns_message, expand
 from appliance.model import DnsMessage, FlowRecord, Transport
-from appliance.native.fastpath import FlowTable
+from appliance.native.fastpath import FlowTable, WireReader
 
 _NS = 1_000_000_000
 
@@ -154,15 +155,20 @@ class FlowTracker:
         )
         self._sample_bytes = self.limits.sample_bytes
         self._dns_cap = self.limits.dns_per_flow
+        self._answers: list[tuple[str, DnsMessage]] = []  # DNS responses of the call under way
+        # The live records by id, for REST look-ups that must not scan the table under the lock.
+        self._live: dict[str, FlowRecord] = {}
         self.lock = threading.Lock()
 
     def _new_record(self, agent_id: str, protocol: int, local_ip: int, local_port: int, remote_ip: int,
                     remote_port: int, ts: int) -> FlowRecord:
         """The record of a new flow (called from C on a flow's first packet), under its own id."""
-        return FlowRecord(
+        record = FlowRecord(
             self._next_id(), agent_id, protocol, _TRANSPORTS.get(protocol, Transport.OTHER),
             local_ip, local_port, remote_ip, remote_port, ts, ts,
         )
+        self._live[record.flow_id] = record
+        return record
 
     def _keep(self, flow: FlowRecord, raw: RawPacket, sample: bool, is_dns: bool) -> bool:
         """Store a packet the flow keeps (a payload sample, a DNS message); True when a DNS flow is full.
@@ -176,7 +182,7 @@ class FlowTracker:
             message = dns_message(raw)
         if message is not None:
             if message.is_response and self._on_dns_response is not None:
-                self._on_dns_response(flow.agent_id, message)
+                self._answers.append((flow.agent_id, message))
             if len(flow.dns) < self._dns_cap:
                 flow.dns.append(message)
         if sample:
@@ -187,43 +193,58 @@ class FlowTracker:
         # rather than drop them.
         return is_dns and len(flow.dns) >= self._dns_cap
 
-    def _hand_off(self) -> None:
-        ended = self._table.take_ended()
-        if ended:
-            self._on_expire(ended)
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Run a table call under the lock, then hand over what it produced with the lock released.
+
+        The C loop only records: DNS answers and ended flows are delivered after the call, outside the
+        lock, so neither the resolver cache nor the analysis queue ever runs while ingestion waits.
+        Answers first: the resolver must know a name before the connections to its address are analysed.
+        """
+        answers: list[tuple[str, DnsMessage]] = []
+        ended: list[FlowRecord] = []
+        try:
+            with self.lock:
+                try:
+                    yield
+                finally:
+                    ended = self._table.take_ended()
+                    answers, self._answers = self._answers, []
+                    for record in ended:
+                        del self._live[record.flow_id]
+        finally:
+            try:
+                if answers and self._on_dns_response is not None:
+                    for agent_id, message in answers:
+                        self._on_dns_response(agent_id, message)
+            finally:  # a failing resolver cache never costs the ended flows their analysis
+                if ended:
+                    self._on_expire(ended)
 
     # -- ingestion (hot path) -------------------------------------------------------------
     def add_packets(self, agent_id: str, packets: Iterable[RawPacket]) -> None:
         """Account a batch of one agent's raw packets, then expire what their event time ended."""
-        with self.lock:
-            try:
-                self._table.add_packets(agent_id, packets)
-            finally:
-                self._hand_off()
+        with self._locked():
+            self._table.add_packets(agent_id, packets)
 
-    def add_wire(self, agent_id: str, converter: PacketConverter, data: bytes, batched: bool,
+    def add_wire(self, agent_id: str, reader: WireReader, data: bytes, batched: bool,
                  now_ns: int | None = None) -> tuple[int, int]:
         """Parse, validate and account one serialized PacketBatch (or NetworkPacket) in one pass.
 
-        The same as `add_packets(agent_id, converter.read_wire(data, batched))` without building
-        a Python object per packet. Returns (accepted, rejected).
+        The same as `add_packets(agent_id, reader.read(data, batched, now_ns))` without building a
+        Python object per packet; `reader` (ingest's, which counts what it rejects) validates. Returns
+        (accepted, rejected).
         """
         now_ns = time.time_ns() if now_ns is None else now_ns
-        with self.lock:
-            try:
-                return self._table.add_wire(agent_id, converter.wire, data, batched, now_ns)
-            finally:
-                self._hand_off()
+        with self._locked():
+            return self._table.add_wire(agent_id, reader, data, batched, now_ns)
 
     # -- expiry -------------------------------------------------------------------------------
     def sweep(self, now_wall: float | None = None) -> None:
         """Advance the event clock of quiet agents by the wall time they were quiet, and expire."""
         now_wall = time.monotonic() if now_wall is None else now_wall
-        with self.lock:
-            try:
-                self._table.sweep(now_wall)
-            finally:
-                self._hand_off()
+        with self._locked():
+            self._table.sweep(now_wall)
 
     # -- streams ------------------------------------------------------------------------------
     def stream_opened(self, agent_id: str) -> None:
@@ -232,18 +253,12 @@ class FlowTracker:
 
     def stream_closed(self, agent_id: str) -> None:
         """A stream ended or broke: when it was the agent's last one, flush all its flows."""
-        with self.lock:
-            try:
-                self._table.stream_closed(agent_id)
-            finally:
-                self._hand_off()
+        with self._locked():
+            self._table.stream_closed(agent_id)
 
     def flush_all(self, reason: str = END_SHUTDOWN) -> None:
-        with self.lock:
-            try:
-                self._table.flush_all(reason)
-            finally:
-                self._hand_off()
+        with self._locked():
+            self._table.flush_all(reason)
 
     # -- queries (REST) -------------------------------------------------------------------
     @property
@@ -281,5 +296,7 @@ class FlowTracker:
             return self._table.snapshot(agent_id or None, limit)
 
     def find(self, wanted_id: str) -> FlowRecord | None:
+        """The live flow of that id, its counters current (a dict look-up and one hash chain)."""
         with self.lock:
-            return self._table.find(wanted_id)
+            record = self._live.get(wanted_id)
+            return record if record is not None and self._table.refresh(record) else None

@@ -12,12 +12,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from appliance.ingest.dns import parse_dns, parse_dns_tcp
-from appliance.model import DnsAnswer, DnsMessage, IcmpInfo, Packet, Transport
+from appliance.flows.packets import RawPacket, expand
+from appliance.model import DnsAnswer, DnsMessage, Packet
 from appliance.native.fastpath import WireReader
-
-_TRANSPORTS = {1: Transport.ICMP, 6: Transport.TCP, 17: Transport.UDP}
-_DNS_PORT = 53
 
 # Reasons a packet is rejected outright (counted per reason in metrics).
 REJECT_ZERO_ADDRESS = "zero_address"
@@ -40,11 +37,6 @@ class ConvertLimits:
     future_tolerance_ns: int = 600 * 1_000_000_000  # agents' clocks may run a little ahead
 
 
-# A validated packet in its lean form, as the flow tracker consumes it on the hot path:
-# (timestamp_ns, direction, protocol, local_ip, remote_ip, local_port, remote_port, size,
-#  payload, tcp_flags, pid, process_name). The payload is already cut to the limit and, for
-# outbound UDP, stripped of its UDP header. `expand()` turns one into a full `Packet`.
-RawPacket = tuple
 
 
 class PacketConverter:
@@ -87,30 +79,6 @@ class PacketConverter:
         """Convert one NetworkPacket into a full Packet; None when it is rejected (counted)."""
         raw = self.read((pb,), now_ns)
         return expand(raw[0]) if raw else None
-
-
-def expand(raw: RawPacket) -> Packet:
-    """The full Packet of a raw packet: transport, and DNS or ICMP metadata parsed."""
-    ts, direction, protocol, local_ip, remote_ip, local_port, remote_port, size, payload, flags, pid, name = raw
-    dns = None
-    icmp = None
-    if payload:
-        if protocol == 17 or protocol == 6:
-            if remote_port == _DNS_PORT or local_port == _DNS_PORT:
-                dns = dns_message(raw)
-        elif protocol == 1 and len(payload) >= 4:
-            icmp = IcmpInfo(payload[0], payload[1], payload[4:])
-    return Packet(
-        ts, direction, protocol, _TRANSPORTS.get(protocol, Transport.OTHER), local_ip, remote_ip,
-        local_port, remote_port, size, payload, flags, pid, name, dns, icmp,
-    )
-
-
-def dns_message(raw: RawPacket) -> DnsMessage | None:
-    """The DNS message of a raw port-53 packet: UDP, or TCP with its length prefix."""
-    if raw[2] == 6:
-        return parse_dns_tcp(raw[8], raw[0])
-    return parse_dns(raw[8], raw[0])
 
 
 def dns_event_to_message(pb: object, now_ns: int | None = None) -> DnsMessage | None:

@@ -8,7 +8,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from appliance.agents import AgentRegistry, AgentState
+from appliance.agent_registry import AgentRegistry, AgentState
 from appliance.errors import ApplianceError
 from appliance.flows.tracker import FlowTracker
 from appliance.ingest.convert import PacketConverter, dns_event_to_message
@@ -107,7 +107,7 @@ class IngestService:
 
     def packet_bytes(self, session: StreamSession, data: bytes, batched: bool) -> None:
         """Convert and track one serialized PacketBatch (or NetworkPacket) of one stream."""
-        accepted, rejected = self.tracker.add_wire(session.identity.agent_id, self.converter, data, batched)
+        accepted, rejected = self.tracker.add_wire(session.identity.agent_id, self.converter.wire, data, batched)
         self._count_packets(session, accepted, rejected, len(data))
 
     def _count_packets(self, session: StreamSession, accepted: int, rejected: int, nbytes: int = 0) -> None:

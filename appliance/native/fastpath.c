@@ -85,8 +85,16 @@ typedef struct {
 /* ------------------------------------------------------------------------------------------ */
 /* Protobuf wire format                                                                        */
 
+/* Field numbers of NetworkPacket and PacketBatch (proto/sensor.proto). Exported as WIRE_FIELDS; a test
+ * holds them against the generated descriptor, so the contract and this parser cannot drift apart. */
+enum {
+    N_LOCAL_IP = 1, N_REMOTE_IP = 2, N_LOCAL_PORT = 3, N_REMOTE_PORT = 4, N_PROTOCOL = 5, N_TIMESTAMP = 6,
+    N_DIRECTION = 7, N_SIZE = 8, N_PAYLOAD = 9, N_TCP_FLAGS = 10, N_PID = 11, N_PROCESS_NAME = 12,
+    N_BATCH_PACKETS = 1,
+};
+
 typedef struct {
-    uint64_t v[13]; /* varint fields by number (1..11 used) */
+    uint64_t v[N_PROCESS_NAME + 1]; /* varint fields by number (every field but the two byte strings) */
     const char *payload;
     Py_ssize_t payload_len;
     const char *name;
@@ -185,14 +193,14 @@ static int decode_packet(const uint8_t *p, const uint8_t *end, WirePkt *w)
         uint32_t field, wt;
         if (read_tag(&p, end, &field, &wt))
             return -1;
-        if (wt == 0 && field <= 11 && field != 9) {
+        if (wt == 0 && field <= N_PID && field != N_PAYLOAD) {
             if (read_varint(&p, end, &w->v[field]))
                 return -1;
-        } else if (wt == 2 && (field == 9 || field == 12)) {
+        } else if (wt == 2 && (field == N_PAYLOAD || field == N_PROCESS_NAME)) {
             uint64_t n;
             if (read_length(&p, end, &n))
                 return -1;
-            if (field == 9) {
+            if (field == N_PAYLOAD) {
                 w->payload = (const char *)p;
                 w->payload_len = (Py_ssize_t)n;
             } else {
@@ -215,7 +223,7 @@ static int next_in_batch(const uint8_t **p, const uint8_t *end, const uint8_t **
         uint32_t field, wt;
         if (read_tag(p, end, &field, &wt))
             return -1;
-        if (field == 1 && wt == 2) {
+        if (field == N_BATCH_PACKETS && wt == 2) {
             uint64_t n;
             if (read_length(p, end, &n))
                 return -1;
@@ -320,9 +328,9 @@ static PyObject *reader_name(WireReader *self, const char *raw, Py_ssize_t len)
  * -1 on a Python error. */
 static int reader_validate(WireReader *self, const WirePkt *w, int64_t now_ns, Pkt *out)
 {
-    uint32_t local_ip = (uint32_t)w->v[1], remote_ip = (uint32_t)w->v[2];
-    int32_t direction = (int32_t)(uint32_t)w->v[7];
-    uint32_t protocol = (uint32_t)w->v[5];
+    uint32_t local_ip = (uint32_t)w->v[N_LOCAL_IP], remote_ip = (uint32_t)w->v[N_REMOTE_IP];
+    int32_t direction = (int32_t)(uint32_t)w->v[N_DIRECTION];
+    uint32_t protocol = (uint32_t)w->v[N_PROTOCOL];
     if (!local_ip || !remote_ip) {
         self->rejected[R_ZERO]++;
         return 0;
@@ -337,14 +345,14 @@ static int reader_validate(WireReader *self, const WirePkt *w, int64_t now_ns, P
     }
     uint32_t local_port = 0, remote_port = 0;
     if (protocol == 6 || protocol == 17) {
-        local_port = (uint32_t)w->v[3];
-        remote_port = (uint32_t)w->v[4];
+        local_port = (uint32_t)w->v[N_LOCAL_PORT];
+        remote_port = (uint32_t)w->v[N_REMOTE_PORT];
         if (local_port > 65535 || remote_port > 65535) {
             self->rejected[R_PORT]++;
             return 0;
         }
     }
-    uint64_t ms = w->v[6];
+    uint64_t ms = w->v[N_TIMESTAMP];
     int64_t horizon = now_ns > INT64_MAX - self->future_ns ? INT64_MAX : now_ns + self->future_ns;
     if (ms == 0 || horizon < 0 || ms > (uint64_t)horizon / NS_PER_MS) {
         out->ts = now_ns;
@@ -379,9 +387,9 @@ static int reader_validate(WireReader *self, const WirePkt *w, int64_t now_ns, P
     out->remote_ip = remote_ip;
     out->local_port = local_port;
     out->remote_port = remote_port;
-    out->size = (uint32_t)w->v[8];
-    out->flags = (uint32_t)w->v[10];
-    out->pid = (uint32_t)w->v[11];
+    out->size = (uint32_t)w->v[N_SIZE];
+    out->flags = (uint32_t)w->v[N_TCP_FLAGS];
+    out->pid = (uint32_t)w->v[N_PID];
     out->payload = payload;
     out->payload_len = len;
     out->payload_obj = NULL;
@@ -1248,26 +1256,47 @@ static PyObject *table_snapshot(FlowTable *self, PyObject *args)
     return out;
 }
 
-static PyObject *table_find(FlowTable *self, PyObject *wanted)
+static int u32_attr(PyObject *obj, const char *name, uint32_t *out)
 {
-    for (Agent *a = self->first_agent; a; a = a->next)
-        for (int c = 0; c < NCLS; c++)
-            for (Flow *f = a->head[c]; f; f = f->next) {
-                PyObject *id = PyObject_GetAttr(f->record, attr_strings[A_FLOW_ID]);
-                if (id == NULL)
-                    return NULL;
-                int same = PyObject_RichCompareBool(id, wanted, Py_EQ);
-                Py_DECREF(id);
-                if (same < 0)
-                    return NULL;
-                if (same) {
-                    if (sync_record(f) < 0)
-                        return NULL;
-                    Py_INCREF(f->record);
-                    return f->record;
-                }
-            }
-    Py_RETURN_NONE;
+    PyObject *v = PyObject_GetAttrString(obj, name);
+    if (v == NULL)
+        return -1;
+    unsigned long x = PyLong_AsUnsignedLong(v);
+    Py_DECREF(v);
+    if (x == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    *out = (uint32_t)x;
+    return 0;
+}
+
+/* refresh(record): when `record` is a live flow of this table, write its counters into it and return
+ * True; else False. The flow is found by its key through the hash (a short chain), never by a scan. */
+static PyObject *table_refresh(FlowTable *self, PyObject *record)
+{
+    PyObject *agent_id = PyObject_GetAttrString(record, "agent_id");
+    if (agent_id == NULL)
+        return NULL;
+    Agent *a = agent_lookup(self, agent_id);
+    Py_DECREF(agent_id);
+    if (a == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_FALSE;
+    }
+    Pkt p;
+    memset(&p, 0, sizeof p);
+    if (u32_attr(record, "protocol", &p.protocol) || u32_attr(record, "local_ip", &p.local_ip) ||
+        u32_attr(record, "local_port", &p.local_port) || u32_attr(record, "remote_ip", &p.remote_ip) ||
+        u32_attr(record, "remote_port", &p.remote_port))
+        return NULL;
+    uint64_t hash = flow_hash(a->serial, &p);
+    for (Flow *f = self->buckets[hash & self->mask]; f; f = f->hnext)
+        if (f->record == record) {
+            if (sync_record(f) < 0)
+                return NULL;
+            Py_RETURN_TRUE;
+        }
+    Py_RETURN_FALSE;
 }
 
 static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
@@ -1400,7 +1429,7 @@ static PyMethodDef table_methods[] = {
     {"flush_all", (PyCFunction)table_flush_all, METH_O, "flush_all(reason)"},
     {"sweep", (PyCFunction)table_sweep, METH_O, "sweep(now_monotonic)"},
     {"snapshot", (PyCFunction)table_snapshot, METH_VARARGS, "snapshot(agent_id or None, limit)"},
-    {"find", (PyCFunction)table_find, METH_O, "find(flow_id) -> FlowRecord or None"},
+    {"refresh", (PyCFunction)table_refresh, METH_O, "refresh(record) -> True when live (counters written into it)"},
     {NULL},
 };
 
@@ -1460,6 +1489,54 @@ static int init_hash_key(void)
     return 0;
 }
 
+/* PyModule_AddObject that also releases `v` on failure (PyModule_Add is 3.13+). */
+static int add_owned(PyObject *m, const char *name, PyObject *v)
+{
+    if (v == NULL)
+        return -1;
+    if (PyModule_AddObject(m, name, v) < 0) {
+        Py_DECREF(v);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *name_tuple(const char *const *names, int n)
+{
+    PyObject *t = PyTuple_New(n);
+    for (int i = 0; t != NULL && i < n; i++) {
+        PyObject *s = PyUnicode_FromString(names[i]);
+        if (s == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, s);
+    }
+    return t;
+}
+
+/* The names and numbers this module shares with Python and the proto contract, as module attributes:
+ * tests/appliance/native/test_names.py holds them against the tracker, the converter, FlowRecord and
+ * the generated descriptor. */
+static int export_names(PyObject *m)
+{
+    static const char *const CLASS_NAMES[NCLS] = {"tcp", "udp", "dns", "icmp", "other"};
+    PyObject *fields = Py_BuildValue(
+        "{sisisisisisisisisisisisi}", "local_ip", N_LOCAL_IP, "remote_ip", N_REMOTE_IP, "local_port", N_LOCAL_PORT,
+        "remote_port", N_REMOTE_PORT, "protocol", N_PROTOCOL, "timestamp", N_TIMESTAMP, "direction", N_DIRECTION,
+        "size", N_SIZE, "payload", N_PAYLOAD, "tcp_flags", N_TCP_FLAGS, "pid", N_PID, "process_name", N_PROCESS_NAME);
+    if (fields == NULL || add_owned(m, "WIRE_FIELDS", fields) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(m, "BATCH_PACKETS_FIELD", N_BATCH_PACKETS) < 0 ||
+        add_owned(m, "REJECT_REASONS", name_tuple(REJECT_NAMES, R_COUNT)) < 0 ||
+        add_owned(m, "REPAIR_REASONS", name_tuple(REPAIR_NAMES, F_COUNT)) < 0 ||
+        add_owned(m, "END_REASONS", name_tuple(END_NAMES, E_COUNT)) < 0 ||
+        add_owned(m, "RECORD_ATTRIBUTES", name_tuple(ATTR_NAMES, A_COUNT)) < 0 ||
+        add_owned(m, "TIMEOUT_CLASSES", name_tuple(CLASS_NAMES, NCLS)) < 0)
+        return -1;
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit_fastpath(void)
 {
     if (init_hash_key() < 0)
@@ -1478,7 +1555,7 @@ PyMODINIT_FUNC PyInit_fastpath(void)
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "WireReader", (PyObject *)&WireReaderType) < 0 ||
-        PyModule_AddObjectRef(m, "FlowTable", (PyObject *)&FlowTableType) < 0) {
+        PyModule_AddObjectRef(m, "FlowTable", (PyObject *)&FlowTableType) < 0 || export_names(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from appliance import __version__
-from appliance.agents import AgentRegistry, AgentState
+from appliance.agent_registry import AgentRegistry, AgentState
 from appliance.detection.dpi.tls_meta import opens_handshake, tls_metadata
 from appliance.errors import NotFound
 from appliance.flows.finished import FinishedFlows

@@ -13,7 +13,9 @@ import bottle
 from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.detection.alert_query import FILTER_NAMES, AlertFilter, QueryError, parse_filter, parse_order
-from appliance.detection.alerts import Alert, AlertStore, InvalidTransition
+from appliance.detection.alert import Alert
+from appliance.detection.alert_store import AlertStore
+from appliance.detection.triage import InvalidTransition
 from appliance.detection.analysis_config import AnalysisConfig, AnalysisConfigHolder
 from appliance.detection.exclusions import SCOPES, BlanketExclusion, Exclusion, ExclusionStore
 from appliance.detection.signatures.engine import SignatureEngine

@@ -63,6 +63,12 @@ class _Refused(Exception):
         self.reason = reason
 
 
+def _rest_error_body(status: int, reason: str, message: str) -> str:
+    from appliance.rest.api import error_body  # the one error shape of the REST layer
+
+    return error_body(status, message)
+
+
 class HttpServer:
     """Serves `app` on host:port (port 0 picks a free one; `port` tells which after start)."""
 
@@ -79,8 +85,11 @@ class HttpServer:
         max_body_bytes: int = 0,
         body_limit: Callable[[str, str], int] | None = None,
         limits: ConnectionLimits = ConnectionLimits(),
+        error_body: Callable[[int, str, str], str] | None = None,
     ) -> None:
         self._app = app
+        # The front answers some requests itself (408, 413, 431...): in the error shape of the app it serves.
+        self._error_body = error_body or _rest_error_body
         self._limits = limits
         # Largest body per (method, path): refused with 413 on its Content-Length, before it is read.
         everywhere = max_body_bytes or 1 << 62
@@ -189,7 +198,7 @@ class HttpServer:
                 body = await self._read_body(conn, reader, writer, request)
             except _Refused as refused:
                 self.counters[refused.reason] += 1
-                await self._send_error(conn, writer, refused.status, str(refused))
+                await self._send_error(conn, writer, refused.status, refused.reason, str(refused))
                 return
             first = False
             environ = self._environ(request, body, peer)
@@ -313,7 +322,7 @@ class HttpServer:
         except Exception:  # the app's own error pages failed: one JSON 500, as the framework would
             log.exception("unhandled error in %s %s", environ["REQUEST_METHOD"], environ["PATH_INFO"][:200])
             environ["wsgi.input"].close()
-            await self._send_error(conn, writer, 500, "Internal server error")
+            await self._send_error(conn, writer, 500, "internal_error", "Internal server error")
             return False
         try:
             await self._write(writer, conn.send(h11.Response(status_code=status, headers=headers)))
@@ -344,12 +353,11 @@ class HttpServer:
             self.counters["write_timeout"] += 1
             raise ConnectionResetError("client did not read the reply in time") from None
 
-    async def _send_error(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, message: str) -> None:
+    async def _send_error(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, reason: str,
+                          message: str) -> None:
         if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
-        from appliance.rest.api import error_body  # the one error shape of the REST layer
-
-        body = error_body(status, message).encode()
+        body = self._error_body(status, reason, message).encode()
         try:
             data = conn.send(h11.Response(status_code=status, headers=[
                 ("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Connection", "close")]))

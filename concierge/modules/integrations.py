@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Any, Callable, Literal
 
 from pydantic import Field
 
@@ -59,6 +59,34 @@ class IntegrationStatusOut(OutSchema):
 
 def _run_out(row: Row, resumed: bool = False) -> SyncRunOut:
     return SyncRunOut(run_id=row["id"], resumed=resumed, **{k: row[k] for k in ("adapter", "status", "fetched", "created", "updated", "cursor", "error", "started_at", "finished_at")})
+
+
+class PmsHandoff:
+    """The outbox's PMS jobs: tell the PMS of a check-in or check-out, and keep the reservation id it gives."""
+
+    def __init__(self, db: Database, pms: PmsAdapter) -> None:
+        self.db = db
+        self.pms = pms
+
+    def handlers(self) -> dict[str, Callable[[dict[str, Any]], None]]:
+        return {"pms.check_in": self.check_in, "pms.check_out": self.check_out}
+
+    def _guest(self, guest_id: str) -> dict[str, Any]:
+        with self.db.transaction(write=False) as tx:
+            return dict(tx.one("SELECT * FROM guests WHERE id = ?", (guest_id,)) or {})
+
+    def check_in(self, payload: dict[str, Any]) -> None:
+        guest = self._guest(payload["guestId"])
+        reservation = self.pms.check_in(payload.get("reservationId"), guest)
+        if guest and not guest.get("pms_reservation_id"):
+            with self.db.transaction() as tx:
+                tx.execute("UPDATE guests SET pms_reservation_id = ? WHERE id = ? AND pms_reservation_id IS NULL",
+                           (reservation, payload["guestId"]))
+                touch_guest_list(tx, guest["organization_id"], payload["guestId"])
+
+    def check_out(self, payload: dict[str, Any]) -> None:
+        guest = self._guest(payload["guestId"])
+        self.pms.check_out(guest.get("pms_reservation_id") or payload.get("reservationId"), guest)
 
 
 class SyncService:

@@ -102,10 +102,10 @@ class Hotel:
 def add_user(concierge: Concierge, org_id: str, role: str, name: str) -> tuple[str, str]:
     from concierge.clock import new_id
 
-    users = concierge.services["users"]
+    users = concierge.services.users
     email = f"{name.lower().replace(' ', '.')}.{new_id('x')[2:10]}@hotel.test"
     now = concierge.clock.iso()
-    user_id = users.store.create(email, name, concierge.services["hasher"].hash(PASSWORD), None, now)
+    user_id = users.store.create(email, name, concierge.services.hasher.hash(PASSWORD), None, now)
     users.store.add_member(org_id, user_id, role, now)
     return user_id, email
 

@@ -71,7 +71,7 @@ def test_stripe_adapter_creates_confirms_and_forwards_idempotency_keys(make_conc
     stripe = FakeStripe("sk_test_123")
     try:
         concierge, base = make_concierge()
-        concierge.services["payments"].provider = StripeProvider("sk_test_123", stripe.url)
+        concierge.services.payments.provider = StripeProvider("sk_test_123", stripe.url)
         hotel = make_hotel(concierge, base)
         staff = hotel.client("staff")
         intent = staff.post("/payment/intents", {"amount": 12000, "currency": "EUR", "captureMethod": "manual"}, headers={"Idempotency-Key": "k-1"}).json()
@@ -99,7 +99,7 @@ def test_openai_compatible_adapter_answers_from_the_hotel_knowledge(make_concier
     llm = FakeLlm("sk-llm", reply)
     try:
         concierge, base = make_concierge()
-        concierge.services["ai"].provider = OpenAiCompatible(llm.url + "/v1", "sk-llm", "small-model")
+        concierge.services.ai.provider = OpenAiCompatible(llm.url + "/v1", "sk-llm", "small-model")
         hotel = make_hotel(concierge, base)
         hotel.client("staff").post("/ai/knowledge", {"kind": "hours", "title": "Breakfast hours", "body": "Breakfast 6:30-10:30, Aurora Restaurant."})
         answer = hotel.client("guest").post("/ai/ask", {"question": "When is breakfast?"}).json()

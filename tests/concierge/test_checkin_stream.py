@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from tests.concierge.conftest import Hotel, SseClient
+from tests.polling import wait_for
 
 
 def test_confirm_arrival_reaches_the_guests_stream(hotel: Hotel) -> None:
@@ -32,12 +33,11 @@ def test_arrival_checks_the_guest_in_at_the_pms(hotel: Hotel) -> None:
     guest, _ = hotel.guest_with_account("Bob")
     hotel.client("staff").post("/cardex/confirm-arrival", {"guestId": guest["id"]})
     pms = hotel.concierge.pms
-    deadline = time.monotonic() + 5
-    while not pms.calls and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # The outbox job calls the PMS, then stores the reservation id it answered: wait for the stored id.
+    detail = wait_for(lambda: (d := hotel.client("staff").get(f"/cardex/guests/{guest['id']}").json())
+                      .get("pmsReservationId") and d, timeout=5)
     assert pms.calls and pms.calls[0][0] == "check_in"
-    detail = hotel.client("staff").get(f"/cardex/guests/{guest['id']}").json()
-    assert detail["pmsReservationId"] == pms.calls[0][1]
+    assert detail and detail["pmsReservationId"] == pms.calls[0][1]
 
 
 def test_confirming_twice_is_an_invalid_transition(hotel: Hotel) -> None:

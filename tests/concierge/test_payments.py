@@ -31,7 +31,7 @@ def test_same_key_and_body_replays_the_stored_response(hotel: Hotel) -> None:
     assert again.json() == first.json()
     assert again.headers["Idempotent-Replayed"] == "true"
     assert len(staff.get("/payment/intents").json()["items"]) == 1
-    assert hotel.concierge.services["payment_provider"].create_calls == 1
+    assert hotel.concierge.services.payment_provider.create_calls == 1
 
 
 def test_same_key_with_another_body_is_422(hotel: Hotel) -> None:
@@ -51,7 +51,7 @@ def test_missing_idempotency_key_is_422(hotel: Hotel) -> None:
 
 def test_key_in_flight_is_409(make_concierge) -> None:
     concierge, base = make_concierge()
-    concierge.services["payments"].provider = SandboxProvider(latency=2.0)
+    concierge.services.payments.provider = SandboxProvider(latency=2.0)
     hotel = make_hotel(concierge, base)
     staff = hotel.client("staff")
     results: list[int] = []
@@ -127,7 +127,7 @@ def test_three_d_secure_completes_by_signed_webhook_once(hotel: Hotel) -> None:
     intent = _create(staff, "3ds-1").json()
     pending = _confirm(staff, intent["id"], "pm_card_authenticationRequired", "3ds-1-c").json()
     assert pending["status"] == "requires_action"
-    hotel.concierge.services["payment_provider"].complete_action(intent["providerRef"])
+    hotel.concierge.services.payment_provider.complete_action(intent["providerRef"])
     event = {"id": "evt_1", "type": "payment_intent.succeeded", "data": {"object": {"id": intent["providerRef"], "status": "succeeded"}}}
     first = _webhook(hotel.base, secret, event)
     assert first.status_code == 200 and first.json() == {"received": True, "duplicate": False}

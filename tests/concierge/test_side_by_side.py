@@ -7,12 +7,11 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.agents.netns import Lab, lab_available
+from tests.agents.netns import Lab
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "concierge.md"
@@ -22,18 +21,6 @@ def walkthrough() -> str:
     """The sh block of the docs' "A first session with curl"."""
     section = DOCS.read_text().split("## A first session with curl", 1)[1]
     return re.search(r"```sh\n(.*?)```", section, re.S).group(1)
-
-
-@pytest.fixture
-def lab() -> Iterator[Lab]:
-    reason = lab_available()
-    if reason:
-        pytest.skip(reason)
-    lab = Lab.create()
-    try:
-        yield lab
-    finally:
-        lab.close()
 
 
 @pytest.mark.slow

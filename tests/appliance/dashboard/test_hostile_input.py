@@ -57,11 +57,11 @@ def _announce_body(console, path: str, length: int, cookie: str = "", csrf: str 
 
 def test_oversized_body_is_413_without_reading_it(console):
     admin = console.admin()
-    just_over = 1024 * 1024 + 10_000  # past the 1 MiB limit: our handler refuses from Content-Length alone
+    just_over = 1024 * 1024 + 10_000  # past the 1 MiB limit: the HTTP front refuses on Content-Length alone
     for path, cookie, csrf in (("/api/v1/whitelist", admin.cookie, admin.csrf), ("/auth/login", "", "")):
         reply = _announce_body(console, path, just_over, cookie, csrf)
         assert reply.startswith(b"HTTP/1.1 413") and b'"code": "too_large"' in reply, reply[:300]
-    # far larger: cheroot refuses it before any handler runs
+    # far larger: refused the same way, nothing read
     assert _announce_body(console, "/auth/login", 1 << 30).startswith(b"HTTP/1.1 413")
     assert console.appliance.rest.get("/api/v1/whitelist")[1]["count"] == 0
     _still_serving(console)

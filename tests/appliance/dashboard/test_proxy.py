@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from appliance.detection.alerts import Alert
+from appliance.detection.alert import Alert
 from appliance.model import Severity
 
 

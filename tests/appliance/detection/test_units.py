@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from appliance.detection.alerts import AlertChannel, AlertStore
+from appliance.detection.alert_channel import AlertChannel
+from appliance.detection.alert_store import AlertStore
 from appliance.detection.analysis_config import AnalysisConfig, AnalysisConfigHolder, CorrelationConfig
 from appliance.detection.behaviour import beacon_scores
 from appliance.detection.correlation import Correlator, combine

@@ -18,7 +18,7 @@ AGENT_WINDOWS = b"MZ fake windows agent"
 
 def put_payload(appliance: RunningAppliance, *, driver: bool = False) -> None:
     """Agent binaries for every system (and optionally the driver) in the appliance's /static."""
-    store = appliance.app.extras["artifacts"]
+    store = appliance.app.artifacts
     store.put("agents/linux-amd64/sensor-agent", BytesIO(AGENT_LINUX), version="1.0.0")
     store.put("agents/linux-arm64/sensor-agent", BytesIO(AGENT_LINUX), version="1.0.0")
     store.put("agents/macos-arm64/sensor-agent", BytesIO(b"macho"), version="1.0.0")

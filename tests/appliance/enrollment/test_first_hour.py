@@ -129,7 +129,7 @@ def test_windows_command_shows_the_appliance_sentence_on_an_error_answer(enrolli
 
 
 def test_both_scripts_carry_the_payload_manifest_sha256_of_what_they_download(enrolling: RunningAppliance):
-    manifest = {e.name: e.sha256 for e in enrolling.app.extras["artifacts"].scan().files.values()}
+    manifest = {e.name: e.sha256 for e in enrolling.app.artifacts.scan().files.values()}
     for os_kind, agent in (("linux", "agents/linux-amd64/sensor-agent"),
                            ("windows", "agents/windows-amd64/sensor-agent.exe")):
         script = fetch_script(enrolling, os_kind, new_token(enrolling)["token"])[1].decode()

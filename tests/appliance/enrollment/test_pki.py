@@ -46,7 +46,7 @@ def test_ca_and_server_certificate_are_generated_with_the_sans(tmp_path, monkeyp
     assert not list(certs.glob(".*"))  # no temp files left behind
     # The public CA certificate is part of the payload; the keys never are.
     assert (tmp_path / "static" / "ca.pem").read_bytes() == (certs / "ca.pem").read_bytes()
-    app.extras["closers"][-1]()
+    app.enrollment_store.close()
 
 
 def test_existing_certificates_are_reused_never_overwritten(tmp_path, monkeypatch):

@@ -365,7 +365,7 @@ def test_linux_script_stops_when_a_download_does_not_match_the_payload_manifest(
     (root / "etc" / "machine-id").write_text("abc\n")
     script = fetch_script(enrolling, "linux", new_token(enrolling)["token"])[1]
     # The file changes on the appliance after the script was issued (a tampered or half-written payload).
-    served = enrolling.app.extras["artifacts"].resolve("agents/linux-amd64/sensor-agent")
+    served = enrolling.app.artifacts.resolve("agents/linux-amd64/sensor-agent")
     served.write_bytes(b"#!/bin/sh\necho swapped\n")
     result = _run_script(script, root)
     assert result.returncode != 0

@@ -51,7 +51,7 @@ def test_static_content_types_and_ranges(enrolling):
     assert status == 200 and body == b"" and int(headers["content-length"]) == len(AGENT_WINDOWS)
     status, _, _ = raw_get(enrolling, "/static/agents/windows-amd64/sensor-agent.exe", {"Range": "bytes=999-"})
     assert status == 416
-    store = enrolling.app.extras["artifacts"]
+    store = enrolling.app.artifacts
     for name, ctype in (("driver/sensor-driver.cat", "application/vnd.ms-pki.seccat"),
                         ("driver/sensor-driver.cer", "application/pkix-cert"),
                         ("driver/sensor-driver.sys", "application/octet-stream")):
@@ -122,7 +122,7 @@ def test_private_keys_are_never_served_by_name_or_by_content(enrolling):
         status, _, body = raw_get(enrolling, f"/static/{name}")
         assert status == 404 and b"PRIVATE" not in body, name
     manifest = json.loads(raw_get(enrolling, "/static/manifest.json")[2])
-    enrolling.app.extras["artifacts"].refresh()
+    enrolling.app.artifacts.refresh()
     manifest = json.loads(raw_get(enrolling, "/static/manifest.json")[2])
     names = {f["name"] for f in manifest["files"]}
     assert not names & {"server.key", "notes.txt", "bundle.bin", "id_rsa.pem", ".hidden"}

@@ -332,7 +332,7 @@ class FlowScenario:
             if side.feed == "packets":
                 side.tracker.add_packets(agent, rng.choice([raws, tuple(raws), iter(raws), (r for r in raws)]))
             elif side.feed == "wire":
-                result = side.tracker.add_wire(agent, side.converter, data, batched, now_ns)
+                result = side.tracker.add_wire(agent, side.converter.wire, data, batched, now_ns)
                 assert result == expected_result, (
                     f"{side.name}: add_wire returned {result}, expected (accepted, rejected) {expected_result} "
                     f"(seed {self.seed})\n{self.describe()}")

@@ -18,7 +18,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from appliance.generated import sensor_pb2
-from appliance.ingest.convert import RawPacket
+from appliance.flows.packets import RawPacket
 from tests.appliance.native.protowire import split_batch
 from tests.appliance.native.reference_model import ReferenceConverter, ReferenceFlowTracker
 
@@ -93,6 +93,11 @@ def _parses(data: bytes) -> bool:
 class OracleConverter(ReferenceConverter):
     """The reference converter plus `read_wire`, defined through upb as above."""
 
+    @property
+    def wire(self) -> OracleConverter:
+        """The reader handed to `add_wire` (the real one is the C WireReader of a PacketConverter)."""
+        return self
+
     def read_wire(self, data: bytes, batched: bool, now_ns: int | None = None) -> list[RawPacket]:
         if now_ns is None:
             now_ns = time.time_ns()
@@ -121,9 +126,9 @@ class OracleConverter(ReferenceConverter):
 class OracleFlowTracker(ReferenceFlowTracker):
     """The reference tracker plus `add_wire` (parse, validate and track in one call)."""
 
-    def add_wire(self, agent_id: str, converter: OracleConverter, data: bytes, batched: bool,
+    def add_wire(self, agent_id: str, reader: OracleConverter, data: bytes, batched: bool,
                  now_ns: int | None = None) -> tuple[int, int]:
-        before = sum(converter.rejected.values())
-        packets = converter.read_wire(data, batched, now_ns)
+        before = sum(reader.rejected.values())
+        packets = reader.read_wire(data, batched, now_ns)
         self.add_packets(agent_id, packets)
-        return len(packets), sum(converter.rejected.values()) - before
+        return len(packets), sum(reader.rejected.values()) - before

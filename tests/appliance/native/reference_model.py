@@ -17,9 +17,10 @@ from appliance.flows.tracker import (
     CLASS_DNS, CLASS_OTHER, CLASS_UDP, CLASSES, END_ACTIVE, END_EVICTED, END_FULL, END_IDLE,
     END_SHUTDOWN, END_STREAM, END_TCP_CLOSE, FlowIds, FlowLimits, FlowTimeouts,
 )
+from appliance.flows.packets import RawPacket, expand
 from appliance.ingest.convert import (
     FIX_PAYLOAD_TRUNCATED, FIX_SHORT_HEADER, FIX_TIMESTAMP, REJECT_BAD_DIRECTION, REJECT_BAD_PORT,
-    REJECT_BAD_PROTOCOL, REJECT_ZERO_ADDRESS, ConvertLimits, RawPacket, expand,
+    REJECT_BAD_PROTOCOL, REJECT_ZERO_ADDRESS, ConvertLimits,
 )
 from appliance.model import TCP_FIN, TCP_RST, DnsMessage, FlowRecord, Transport
 

@@ -424,7 +424,7 @@ def test_add_wire_of_mutated_bytes_equals_add_packets_of_read_wire(subject):
             before = sum(packets_conv.rejected.values())
             raws = packets_conv.read_wire(data, True, now_ns)
             packets.add_packets(agent, raws)
-            result = wired.add_wire(agent, wired_conv, data, True, now_ns)
+            result = wired.add_wire(agent, wired_conv.wire, data, True, now_ns)
             context = f"seed {seed}, now_ns={now_ns}, data=bytes.fromhex({data.hex()!r})"
             assert result == (len(raws), sum(packets_conv.rejected.values()) - before), context
             assert (wired_conv.rejected, wired_conv.repaired) == (packets_conv.rejected, packets_conv.repaired), context

@@ -42,17 +42,17 @@ def dns_batch(count: int) -> bytes:
 def test_a_tracker_and_its_records_are_freed_when_dropped():
     expired: list = []
     tracker = FlowTracker(expired.extend)
-    tracker.add_wire("a", PacketConverter(), batch(50), True, NOW_NS)
+    tracker.add_wire("a", PacketConverter().wire, batch(50), True, NOW_NS)
     [record] = tracker.snapshot(limit=1)
     held_by_tracker = sys.getrefcount(record)
     tracker_ref = weakref.ref(tracker)
     del tracker
     gc.collect()  # the table holds bound methods of its tracker: a cycle only the collector can break
     assert tracker_ref() is None
-    assert sys.getrefcount(record) == held_by_tracker - 1  # the table's reference was released
+    assert sys.getrefcount(record) == held_by_tracker - 2  # the table's and the id index's references were released
 
 
-def test_an_error_in_a_callback_propagates_and_the_tracker_stays_usable():
+def test_an_error_in_a_callback_propagates_after_the_batch_and_the_tracker_stays_usable():
     calls = []
 
     def failing_resolver_cache(agent_id, message):
@@ -63,13 +63,52 @@ def test_an_error_in_a_callback_propagates_and_the_tracker_stays_usable():
     tracker = FlowTracker(expired.extend, on_dns_response=failing_resolver_cache)
     converter = PacketConverter()
     with pytest.raises(RuntimeError, match="resolver cache broke"):
-        tracker.add_wire("a", converter, dns_batch(3), True, NOW_NS)
-    assert calls == ["h0.example.com"]  # it stopped at the first failure
-    assert tracker.active_flows == 1
-    tracker.add_wire("a", converter, batch(2), True, NOW_NS)
-    assert tracker.active_flows == 3
+        tracker.add_wire("a", converter.wire, dns_batch(3), True, NOW_NS)
+    assert calls == ["h0.example.com"]  # delivery stopped at the first failure...
+    assert tracker.active_flows == 3  # ...which came after the batch: every packet was accounted
+    tracker.add_wire("a", converter.wire, batch(2), True, NOW_NS)
+    assert tracker.active_flows == 5
     tracker.flush_all()
+    assert len(expired) == 5 and tracker.active_flows == 0
+
+
+def test_find_by_id_gives_the_live_record_with_current_counters_and_forgets_ended_ones():
+    expired: list = []
+    tracker = FlowTracker(expired.extend)
+    converter = PacketConverter()
+    tracker.add_wire("a", converter.wire, batch(3), True, NOW_NS)
+    records = tracker.snapshot(limit=10)
+    for record in records:
+        assert tracker.find(record.flow_id) is record
+    packets_before = records[0].packets_out + records[0].packets_in
+    tracker.add_wire("a", converter.wire, batch(3), True, NOW_NS)  # the same flows again
+    found = tracker.find(records[0].flow_id)
+    assert found is not None and found.packets_out + found.packets_in > packets_before
+    tracker.flush_all()
+    assert {r.flow_id for r in expired} == {r.flow_id for r in records}
+    assert all(tracker.find(r.flow_id) is None for r in records) and tracker.find("nope") is None
+
+
+def test_ended_flows_are_handed_over_even_when_the_resolver_cache_fails():
+    def failing_resolver_cache(agent_id, message):
+        raise RuntimeError("resolver cache broke")
+
+    expired: list = []
+    # One DNS message fills a DNS flow: each response's flow ends in the same call that delivers its answer.
+    tracker = FlowTracker(expired.extend, limits=FlowLimits(dns_per_flow=1), on_dns_response=failing_resolver_cache)
+    with pytest.raises(RuntimeError, match="resolver cache broke"):
+        tracker.add_wire("a", PacketConverter().wire, dns_batch(3), True, NOW_NS)
     assert len(expired) == 3 and tracker.active_flows == 0
+
+
+def test_callbacks_run_without_the_tracker_lock_held():
+    held = []
+    tracker = FlowTracker(lambda flows: held.append(("expire", tracker.lock.locked())),
+                          on_dns_response=lambda agent, message: held.append(("dns", tracker.lock.locked())))
+    tracker.add_wire("a", PacketConverter().wire, dns_batch(2), True, NOW_NS)
+    tracker.flush_all()
+    assert held and ("dns", False) in held and ("expire", False) in held
+    assert all(locked is False for _, locked in held)
 
 
 def test_records_hold_the_counters_of_their_flow_when_handed_over():
@@ -80,7 +119,7 @@ def test_records_hold_the_counters_of_their_flow_when_handed_over():
         wire.packet(ts_ms=BASE_MS, size=60, payload=b"GET / HTTP/1.1\r\n", flags=0x02, pid=42, process="curl"),
         wire.packet(ts_ms=BASE_MS + 7, size=1500, payload=b"x" * 1400, direction=wire.INBOUND, flags=0x10),
     ]).SerializeToString()
-    assert tracker.add_wire("a", converter, data, True, NOW_NS) == (2, 0)
+    assert tracker.add_wire("a", converter.wire, data, True, NOW_NS) == (2, 0)
     tracker.flush_all()
     [flow] = expired
     assert (flow.packets_out, flow.packets_in, flow.bytes_out, flow.bytes_in) == (1, 1, 60, 1500)
@@ -99,8 +138,8 @@ def test_streams_of_several_threads_are_counted_exactly():
 
     def stream(agent: str) -> None:
         for _ in range(30):
-            tracker.add_wire(agent, converter, data, True, NOW_NS)
-            tracker.add_wire(agent, converter, garbage, True, NOW_NS)
+            tracker.add_wire(agent, converter.wire, data, True, NOW_NS)
+            tracker.add_wire(agent, converter.wire, garbage, True, NOW_NS)
             converter.read([wire.packet(process="other")], NOW_NS)  # the reader's name cache changes under it
 
     threads = [threading.Thread(target=stream, args=(f"agent-{i}",)) for i in range(4)]
@@ -122,8 +161,8 @@ def test_steady_ingestion_does_not_leak():
 
     def round_() -> None:
         for data in batches:
-            tracker.add_wire("a", converter, data, True, NOW_NS)
-        tracker.add_wire("a", converter, dns_batch(50), True, NOW_NS)
+            tracker.add_wire("a", converter.wire, data, True, NOW_NS)
+        tracker.add_wire("a", converter.wire, dns_batch(50), True, NOW_NS)
         tracker.flush_all()
 
     round_()  # caches and free lists settle
@@ -155,7 +194,7 @@ def test_hostile_wire_bytes_never_raise():
     for data in hostile:
         for batched in (True, False):
             converter.read_wire(data, batched, NOW_NS)
-            tracker.add_wire("a", converter, data, batched, NOW_NS)
+            tracker.add_wire("a", converter.wire, data, batched, NOW_NS)
     assert converter.rejected.get("malformed_message", 0) > 0
     assert len(converter.read_wire(good, True, NOW_NS)) == 3
 

@@ -8,7 +8,7 @@ import io
 import json
 import time
 
-from appliance.detection.alerts import Alert
+from appliance.detection.alert import Alert
 from appliance.model import Detection, Category, Severity
 
 
@@ -153,7 +153,7 @@ def test_settings_partial_update_validation_and_detection_mapping(appliance):
 
 
 def test_disabled_layers_drop_their_detections(appliance):
-    store = appliance.app.extras["console_settings"]
+    store = appliance.app.console_settings
     detection = Detection(detector="dpi.dns_tunneling", category=Category.DNS_TUNNELING, confidence=0.9,
                           severity=Severity.HIGH, agent_id="a", indicator="x.example")
     assert store.allows(detection)
@@ -170,7 +170,7 @@ def test_a_shorter_retention_deletes_old_alerts_at_once(appliance):
     assert rest.call("PUT", "/api/v1/settings", {"storage": {"retentionDays": 30}})[0] == 200
     assert rest.get(f"/api/v1/alerts/{stale.id}")[0] == 404 and rest.get(f"/api/v1/alerts/{fresh.id}")[0] == 200
     assert rest.get("/api/v1/metrics")[1]["retention_alerts_deleted"] == 1
-    assert app.extras["retention"].enforce() == {"alerts": 0, "flows": 0}
+    assert app.retention.enforce() == {"alerts": 0, "flows": 0}
 
 
 def test_retention_drops_finished_flows_older_than_the_cutoff():
@@ -188,8 +188,8 @@ def test_storage_cap_deletes_oldest_closed_alerts_first(appliance):
     app = appliance.app
     closed = [_add(app, indicator=f"c{i}.example", status="Resolved", summary="x" * 2000) for i in range(300)]
     open_alert = _add(app, indicator="open.example")
-    retention = app.extras["retention"]
-    settings = app.extras["console_settings"]
+    retention = app.retention
+    settings = app.console_settings
     used = retention.used_bytes()
 
     def cap(gb: float) -> None:  # model_copy skips validation: a cap below the API's 0.1 GB floor, for the test

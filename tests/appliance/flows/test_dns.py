@@ -1,6 +1,6 @@
 import struct
 
-from appliance.ingest.dns import parse_dns, parse_dns_tcp
+from appliance.flows.dns import parse_dns, parse_dns_tcp
 from tests.appliance import wire
 
 
@@ -73,7 +73,7 @@ def test_garbage_never_raises():
 
 
 def test_a_crafted_message_of_many_compressed_questions_follows_one_name(monkeypatch):
-    from appliance.ingest import dns as dns_module
+    from appliance.flows import dns as dns_module
     # A name of 120 labels, then 200 questions pointing at it: a parser that follows every pointer
     # reads 24,000 labels; ours reads the first question's name and skips the rest unread.
     long_name = b"".join(b"\x01a" for _ in range(120)) + b"\x00"

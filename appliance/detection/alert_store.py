@@ -1,83 +1,15 @@
-"""Alerts: the model, the triage state machine, the channel that delivers them, and their store."""
+"""Alerts and their triage history in the detection database (SQLite, WAL)."""
 
 from __future__ import annotations
 
 import json
-import logging
 import time
-import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
+from appliance.detection.alert import Alert
 from appliance.detection.alert_query import STATUSES, AlertFilter, AlertOrder
 from appliance.detection.database import DetectionDatabase
-from appliance.errors import ApplianceError
-
-log = logging.getLogger(__name__)
-
-CLOSED = frozenset({"Resolved", "FalsePositive"})
-# Triage transitions an analyst may make; a closed alert can only be reopened as New.
-TRANSITIONS: dict[str, frozenset[str]] = {
-    "New": frozenset({"Acknowledged", "Investigating", "Resolved", "FalsePositive"}),
-    "Acknowledged": frozenset({"Investigating", "Resolved", "FalsePositive"}),
-    "Investigating": frozenset({"Acknowledged", "Resolved", "FalsePositive"}),
-    "Resolved": frozenset({"New"}),
-    "FalsePositive": frozenset({"New"}),
-}
-MAX_DETECTIONS_KEPT = 100
-
-
-class InvalidTransition(ApplianceError):
-    """The requested triage status cannot follow the alert's current one."""
-
-    def __init__(self, current: str, wanted: str) -> None:
-        allowed = ", ".join(sorted(TRANSITIONS[current])) or "none"
-        super().__init__(f"cannot move an alert from {current} to {wanted} (allowed: {allowed})")
-
-
-@dataclass(slots=True)
-class Alert:
-    """A correlated alert about one agent and one indicator."""
-
-    id: str
-    agent_id: str
-    indicator: str
-    category: str
-    severity: int  # Severity value
-    confidence: float
-    summary: str
-    first_ns: int
-    last_ns: int
-    status: str = "New"
-    detections: list[dict[str, Any]] = field(default_factory=list)
-    detection_count: int = 0
-    created_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
-
-    @staticmethod
-    def new_id() -> str:
-        return str(uuid.uuid4())
-
-
-class AlertChannel:
-    """Delivers every opened or updated alert to its subscribers (the store first, exporters later)."""
-
-    def __init__(self) -> None:
-        self._subscribers: list[Callable[[str, Alert], None]] = []
-        self.delivery_errors = 0
-
-    def subscribe(self, subscriber: Callable[[str, Alert], None]) -> None:
-        self._subscribers.append(subscriber)
-
-    def publish(self, event: str, alert: Alert) -> None:
-        """`event` is "opened" or "updated"; a failing subscriber is counted and logged, the others still run."""
-        for subscriber in self._subscribers:
-            try:
-                subscriber(event, alert)
-            except Exception:
-                self.delivery_errors += 1
-                log.exception("alert subscriber failed event=%s alert=%s", event, alert.id)
+from appliance.detection.triage import TRANSITIONS, InvalidTransition
 
 
 _COLUMNS = ("id, agent_id, indicator, category, severity, confidence, summary, first_ns, last_ns, status, "
@@ -89,19 +21,6 @@ class AlertStore:
 
     def __init__(self, db: DetectionDatabase) -> None:
         self._db = db
-        with db.lock, db.conn:
-            db.conn.execute(
-                "CREATE TABLE IF NOT EXISTS alerts (id TEXT PRIMARY KEY, agent_id TEXT NOT NULL, indicator TEXT NOT NULL, "
-                "category TEXT NOT NULL, severity INTEGER NOT NULL, confidence REAL NOT NULL, summary TEXT NOT NULL, "
-                "first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL, status TEXT NOT NULL, detections TEXT NOT NULL, "
-                "detection_count INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL)")
-            db.conn.execute("CREATE INDEX IF NOT EXISTS alerts_group ON alerts (agent_id, indicator, status)")
-            db.conn.execute("CREATE INDEX IF NOT EXISTS alerts_last ON alerts (last_ns)")
-            # Who moved an alert through triage, when, and why (the console records its user here).
-            db.conn.execute(
-                "CREATE TABLE IF NOT EXISTS alert_history (alert_id TEXT NOT NULL, at REAL NOT NULL, actor TEXT NOT NULL, "
-                "from_status TEXT NOT NULL, to_status TEXT NOT NULL, note TEXT NOT NULL)")
-            db.conn.execute("CREATE INDEX IF NOT EXISTS alert_history_alert ON alert_history (alert_id, at)")
         self._active = self._count_active()
 
     def _count_active(self) -> int:
