@@ -10,7 +10,7 @@ anything that is not a hello gives None. Nothing here raises on hostile input.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 _VERSIONS = {0x0300: "SSLv3", 0x0301: "TLSv1.0", 0x0302: "TLSv1.1", 0x0303: "TLSv1.2", 0x0304: "TLSv1.3"}
 MAX_HANDSHAKE_BYTES = 16_384  # one hello never needs more than a full record (Chrome's with PQ keys: ~1.8 KB)
@@ -31,13 +31,14 @@ class ClientHello:
     version: str  # the highest version offered (supported_versions when present)
     sni: str  # "" when the hello carries no server_name
     legacy_version: int = 0  # ClientHello.legacy_version (0x0303 for TLS 1.2 and 1.3)
-    ciphers: list[int] = field(default_factory=list)  # wire order, GREASE included
-    extensions: list[int] = field(default_factory=list)  # wire order, GREASE included
-    supported_versions: list[int] = field(default_factory=list)
-    signature_algorithms: list[int] = field(default_factory=list)
-    groups: list[int] = field(default_factory=list)
-    point_formats: list[int] = field(default_factory=list)
-    alpn: list[bytes] = field(default_factory=list)  # protocol names as sent
+    # Tuples: a hello is read for every TLS flow, and immutable defaults cost no factory call.
+    ciphers: tuple[int, ...] = ()  # wire order, GREASE included
+    extensions: tuple[int, ...] = ()  # wire order, GREASE included
+    supported_versions: tuple[int, ...] = ()
+    signature_algorithms: tuple[int, ...] = ()
+    groups: tuple[int, ...] = ()
+    point_formats: tuple[int, ...] = ()
+    alpn: tuple[bytes, ...] = ()  # protocol names as sent
     has_sni_extension: bool = False
     complete: bool = True  # False when the bytes ended inside the hello
 
@@ -51,7 +52,7 @@ class ClientHello:
 class ServerHello:
     legacy_version: int
     cipher: int
-    extensions: list[int] = field(default_factory=list)
+    extensions: tuple[int, ...] = ()
     selected_version: int = 0  # supported_versions extension (TLS 1.3), 0 when absent
     alpn: bytes = b""
     complete: bool = True
@@ -89,14 +90,14 @@ def handshake_stream(payload: bytes) -> bytes:
     Stops at the first record that is not a handshake (ChangeCipherSpec, application data): in TLS 1.3
     everything after the ServerHello is encrypted, so only TLS 1.2 and earlier show their certificates.
     """
-    data = bytearray()
+    parts: list[bytes] = []
     pos = 0
     end = min(len(payload), MAX_HANDSHAKE_BYTES)
     while pos + 5 <= end and payload[pos] == _HANDSHAKE and payload[pos + 1] == 3:
         length = int.from_bytes(payload[pos + 3 : pos + 5], "big")
-        data += payload[pos + 5 : min(pos + 5 + length, end)]
+        parts.append(payload[pos + 5 : min(pos + 5 + length, end)])
         pos += 5 + length
-    return bytes(data)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def certificate_chain(payload: bytes) -> tuple[list[bytes], bool] | None:
@@ -154,21 +155,21 @@ class _Reader:
         self.pos += n
         return self.data[self.pos - n : self.pos]
 
-    def u16_list(self, length: int) -> list[int]:
+    def u16_list(self, length: int) -> tuple[int, ...]:
         count = length // 2
         if self.pos + 2 * count > self.end:
             raise _Short
         values = _U16S[count].unpack_from(self.data, self.pos) if count < len(_U16S) else \
             struct.unpack_from(f"!{count}H", self.data, self.pos)
         self.pos += length - length % 2
-        return list(values)
+        return values
 
 
 class _Short(Exception):
     """The message ended before a field it announced."""
 
 
-def _read_extensions(r: _Reader, on_extension: object) -> tuple[list[int], bool]:
+def _read_extensions(r: _Reader, on_extension: object) -> tuple[tuple[int, ...], bool]:
     types: list[int] = []
     try:
         total = r.u16()
@@ -184,9 +185,9 @@ def _read_extensions(r: _Reader, on_extension: object) -> tuple[list[int], bool]
                 complete = False
             ext.pos += length
             on_extension(ext_type, body)  # type: ignore[operator]
-        return types, complete and ext.left() == 0
+        return tuple(types), complete and ext.left() == 0
     except _Short:
-        return types, False
+        return tuple(types), False
 
 
 def _alpn_names(body: bytes) -> list[bytes]:
@@ -232,9 +233,9 @@ def parse_client_hello(payload: bytes) -> ClientHello | None:
         elif ext_type == EXT_GROUPS and len(ext) >= 2:
             hello.groups = _Reader(ext, 2).u16_list(min(int.from_bytes(ext[:2], "big"), len(ext) - 2))
         elif ext_type == EXT_POINT_FORMATS and ext:
-            hello.point_formats = list(ext[1 : 1 + ext[0]])
+            hello.point_formats = tuple(ext[1 : 1 + ext[0]])
         elif ext_type == EXT_ALPN:
-            hello.alpn = _alpn_names(ext)
+            hello.alpn = tuple(_alpn_names(ext))
 
     if r.left() > 0:
         hello.extensions, ext_complete = _read_extensions(r, on_extension)

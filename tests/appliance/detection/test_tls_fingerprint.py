@@ -39,7 +39,7 @@ def test_ja4_without_signature_algorithms_hashes_the_extensions_alone():
     extensions = [e for e in CHROME_EXTENSIONS if e != 0x000D] + [0x000D]  # keep the count, drop the algorithms
     hello = parse_client_hello(tr.client_hello(CHROME_CIPHERS, extensions, alpn=[b"h2"], versions=[0x0304]))
     assert hello is not None
-    hello.signature_algorithms = []
+    hello.signature_algorithms = ()
     assert ja4(hello).endswith("_6d807ffa2a79")  # the spec's value for the list without algorithms
 
 
