@@ -16,6 +16,8 @@ NATIVE := appliance/native/.built
 # Debian packages, split by purpose: `make run` installs RUN_APT_PACKAGES only; `make test` adds TEST_APT_PACKAGES.
 # Running: systemd-python builds against libsystemd; the C fast path compiles at install (gcc); binutils for PyInstaller.
 RUN_APT_PACKAGES := pkg-config libsystemd-dev gcc binutils
+# TLS certificate checks trust the system's roots (paths.tls_trust_anchors).
+RUN_APT_PACKAGES += ca-certificates
 # Testing: network namespaces, the lab's resolver and real tunneling tools, script linting, unit verification.
 # The console's browser tests drive Debian's chromium (never a downloaded browser).
 TEST_APT_PACKAGES := iproute2 curl shellcheck systemd dnsmasq-base iodine ptunnel-ng openssl chromium

@@ -41,6 +41,7 @@ from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import NameScorer
 from appliance.detection.dpi.dga_words import WordModel
 from appliance.detection.dpi.layer import DpiLayer
+from appliance.detection.dpi.tls_cert import TrustAnchors
 from appliance.detection.exclusions import ExclusionStore
 from appliance.detection.facts import FlowFacts
 from appliance.detection.resolutions import ResolverCache
@@ -216,7 +217,8 @@ def build(settings: Settings) -> Appliance:
     facts = FlowFacts()
     resolver = ResolverCache()
     scorer = NameScorer.load()
-    dpi = DpiLayer(analysis_config, facts, resolver, domains, scorer, WordModel.load(scorer))
+    dpi = DpiLayer(analysis_config, facts, resolver, domains, scorer, WordModel.load(scorer),
+                   TrustAnchors.load(paths.tls_trust_anchors))
     signatures = SignatureEngine(paths.signatures_dir, analysis_config, facts, domains)
     signatures.reload()
     behaviour = BehaviourLayer(analysis_config)
@@ -289,6 +291,10 @@ def build(settings: Settings) -> Appliance:
         "alerts_generated": lambda: pipeline.alerts_generated,
         "active_alerts": lambda: alert_store.active,
         "signature_rules": lambda: signatures.loaded,
+        "tls_handshakes": lambda: facts.tls_handshakes,
+        "tls_handshakes_incomplete": lambda: facts.tls_incomplete,
+        "tls_handshakes_unreadable": lambda: facts.tls_unreadable,
+        "tls_certificates_unreadable": lambda: facts.tls_certificates_unreadable,
         "alerts_updated": lambda: correlator.alerts_updated,
         "agents_online": lambda: agents.online,
         "rejected_by_reason": lambda: ingest.rejected_by_reason,

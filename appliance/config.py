@@ -97,6 +97,8 @@ class PathSettings(_Section):
     signatures_dir: Path = SHIPPED_RULES
     static_dir: Path = INSTALL_ROOT / "var" / "static"
     certs_dir: Path = INSTALL_ROOT / "var" / "certs"
+    # The roots TLS certificate checks trust (PEM bundle; Debian's ca-certificates by default).
+    tls_trust_anchors: Path = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 class LimitSettings(_Section):

@@ -147,6 +147,11 @@ class FlowRecord:
     end_reason: str = ""  # idle | active | tcp_close | stream_end | evicted | shutdown
     dns: list[DnsMessage] = field(default_factory=list)
     samples: list[Packet] = field(default_factory=list)
+    # The REST flow view's TLS object (JA4/JA4S/JA3, SNI, ALPN, leaf certificate: detection.dpi.tls_meta),
+    # set once by analysis when the samples hold a hello. A plain dict of strings, not the parsed hellos:
+    # finished flows stay in memory, and thousands of small tracked objects would make every full
+    # garbage collection slower.
+    tls: dict[str, Any] | None = None
 
     @property
     def local_addr(self) -> str:

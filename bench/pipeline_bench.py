@@ -1,13 +1,20 @@
-"""Detection benchmark: flows/s through the whole analysis pipeline (DPI, 16 signature rules,
+"""Detection benchmark: flows/s through the whole analysis pipeline (DPI, the shipped signature rules,
 behaviour, exclusions, correlation, alert store) on the scenario corpus mix, and end-to-end
 packets/s over gRPC with analysis on against ingestion alone. Medians of several rounds.
 
 The corpus is the test scenario generator's: 20 office agents x 30 minutes of event time plus
 every attack scenario, so a realistic few alerts are opened and updated while it runs.
+
+The cost of reading TLS handshakes (hellos, JA4/JA4S/JA3, server certificates) is measured on its own
+per flow, for the corpus's hellos and for browser-sized ones (a Chrome-shaped hello answered in TLS 1.3,
+and in TLS 1.2 with a two-certificate chain in clear). Figures go to stdout and to var/bench/pipeline.txt
+and var/bench/pipeline.json.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
 import logging
 import shutil
 import statistics
@@ -17,6 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "var" / "bench"
 ROUNDS = 5
 E2E_ROUNDS = 3
 
@@ -83,7 +91,7 @@ def pipeline_rounds(flows: list) -> tuple[float, int, int]:
     for _ in range(ROUNDS):
         with tempfile.TemporaryDirectory() as tmp:
             app = build(settings(Path(tmp)))
-            assert app.detection is not None and app.detection.signatures.loaded == 16
+            assert app.detection is not None and app.detection.signatures.loaded == len(list((ROOT / "rules").glob("*.yaml")))
             for flow in flows:  # what the ingest hook does as packets arrive, ahead of analysis
                 for message in flow.dns:
                     if message.is_response:
@@ -125,19 +133,80 @@ def e2e_round(streams: list[tuple[str, list]], analysis: bool) -> float:
             app.stop()
 
 
+def _browser_flows(count: int) -> dict[str, list]:
+    """Flows with browser-sized handshakes: a Chrome-shaped hello answered in TLS 1.3, and in TLS 1.2 with
+    a leaf and an intermediate in clear (EC P-256, as most public sites now serve)."""
+    import random
+
+    from appliance.model import FlowRecord, Packet, Transport
+    from tests.appliance.detection import tls_certs as tc
+    from tests.appliance.detection import tls_records as tr
+    from tests.appliance.detection.test_tls_benign import chrome
+
+    rng = random.Random(1)
+    _, intermediate = tc.public_pki()
+    leaf = tc.issue("www.example.com", issuer=intermediate, dns=["www.example.com"])
+    replies = {"tls13": tr.server_hello(0x1301, [0x002B, 0x0033], selected=0x0304),
+               "tls12_chain": tr.server_flight(0xC02F, [0xFF01, 0x0017, 0x0023, 0x0010], [leaf.der, intermediate.der])}
+    out: dict[str, list] = {}
+    for kind, reply in replies.items():
+        out[kind] = []
+        for i in range(count):
+            flow = FlowRecord(f"b{i}", "bench", 6, Transport.TCP, 1, 40000 + i, 2, 443, 0, 1)
+            flow.samples = [Packet(0, direction, 6, Transport.TCP, 1, 2, 40000 + i, 443, len(payload) + 52, payload)
+                            for direction, payload in ((1, chrome("www.example.com", rng)), (2, reply))]
+            out[kind].append(flow)
+    return out
+
+
+def tls_costs(flows: list) -> dict[str, float]:
+    """Microseconds per flow of `tls_metadata` (median of ROUNDS), for each kind of handshake."""
+    from appliance.detection.dpi.tls_meta import opens_handshake, tls_metadata
+
+    sets = {"corpus_hellos": [f for f in flows if f.samples and opens_handshake(f)], **_browser_flows(500)}
+    costs: dict[str, float] = {}
+    for kind, items in sets.items():
+        times = []
+        for _ in range(ROUNDS):
+            start = time.perf_counter()
+            for flow in items:
+                tls_metadata(flow)
+            times.append((time.perf_counter() - start) / max(len(items), 1) * 1e6)
+        costs[kind] = statistics.median(times)
+    costs["corpus_flows_with_handshake"] = len(sets["corpus_hellos"])
+    return costs
+
+
 def main() -> None:
     logging.disable(logging.WARNING)
     streams = corpus()
     packets = sum(len(p) for _, p in streams)
     flows = finished_flows(streams)
     rate, alerts, detections = pipeline_rounds(flows)
-    print(f"corpus: {packets} packets, {len(flows)} flows from {len(streams)} agents")
-    print(f"pipeline (DPI + 16 rules + behaviour + correlation + store): {rate:,.0f} flows/s "
-          f"(median of {ROUNDS}; {detections} detections, {alerts} alerts per round)")
+    lines = [f"corpus: {packets} packets, {len(flows)} flows from {len(streams)} agents",
+             f"pipeline (DPI + {len(list((ROOT / 'rules').glob('*.yaml')))} rules + behaviour + correlation + store): "
+             f"{rate:,.0f} flows/s = {1e6 / rate:.1f} us per flow (median of {ROUNDS}; {detections} detections, "
+             f"{alerts} alerts per round)"]
+    for line in lines:
+        print(line, flush=True)
+    tls = tls_costs(flows)
+    tls_line = (f"TLS handshake metadata per flow: corpus hellos {tls['corpus_hellos']:.1f} us "
+                f"({tls['corpus_flows_with_handshake']:.0f} flows), Chrome hello + TLS 1.3 answer {tls['tls13']:.1f} us, "
+                f"Chrome hello + TLS 1.2 two-certificate chain {tls['tls12_chain']:.1f} us (median of {ROUNDS})")
+    print(tls_line, flush=True)
     on = statistics.median(e2e_round(streams, True) for _ in range(E2E_ROUNDS))
     off = statistics.median(e2e_round(streams, False) for _ in range(E2E_ROUNDS))
-    print(f"end to end over gRPC: ingestion alone {off:,.0f} packets/s, with analysis {on:,.0f} packets/s "
-          f"(ratio {on / off:.2f}; median of {E2E_ROUNDS})")
+    e2e_line = (f"end to end over gRPC: ingestion alone {off:,.0f} packets/s, with analysis {on:,.0f} packets/s "
+                f"(ratio {on / off:.2f}; median of {E2E_ROUNDS})")
+    print(e2e_line)
+    OUT.mkdir(parents=True, exist_ok=True)
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    (OUT / "pipeline.txt").write_text("\n".join([when, *lines, tls_line, e2e_line]) + "\n")
+    figures = {"measured": when, "packets": packets, "flows": len(flows), "pipeline_flows_per_s": round(rate),
+               "pipeline_us_per_flow": round(1e6 / rate, 2), "detections": detections, "alerts": alerts,
+               "tls_us_per_flow": {k: round(v, 2) for k, v in tls.items()},
+               "e2e_packets_per_s": {"ingestion_only": round(off), "with_analysis": round(on)}}
+    (OUT / "pipeline.json").write_text(json.dumps(figures, indent=1) + "\n")
 
 
 if __name__ == "__main__":

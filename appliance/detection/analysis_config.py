@@ -64,6 +64,14 @@ class TlsConfig(_Section):
     ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(default_factory=lambda: [443, 8443, 993, 995, 465])
     resolution_window_s: Seconds = 3600.0  # a resolution counts this long after it was seen (or its TTL, if longer)
     ignore_private: bool = True  # LAN services (printers, NAS) are reached by address all the time
+    # Rare client fingerprint (JA4): new on this agent and seen on at most `rare_max_fleet_agents` other
+    # agents, once the agent has been watched `rare_learning_s` of event time and `rare_min_handshakes` hellos.
+    rare_learning_s: Seconds = 3600.0
+    rare_min_handshakes: Count = 20
+    rare_max_fleet_agents: Annotated[int, Field(ge=0, le=1_000_000)] = 0
+    # Certificate anomalies (chains in clear, TLS <= 1.2): a validity shorter than this, or issued this recently.
+    cert_min_validity_days: Annotated[float, Field(gt=0, le=3650)] = 3.0
+    cert_fresh_s: Annotated[float, Field(ge=0, le=30 * 86400)] = 86400.0
 
 
 class IcmpConfig(_Section):
@@ -100,6 +108,11 @@ class VolumeConfig(_Section):
     warmup_buckets: Count = 20
     min_bytes: Count = 20_000_000  # a bucket below this never alarms, whatever its z-score
     ema_alpha: Annotated[float, Field(gt=0, le=1)] = 0.1
+    # CUSUM over the same windows (behaviour.cusum): slow, steady excess that no single window shows.
+    cusum: bool = True
+    cusum_k: Annotated[float, Field(ge=0, le=10)] = 0.5  # allowance per window, in baseline standard deviations
+    cusum_h: Annotated[float, Field(gt=0, le=1000)] = 8.0  # decision threshold, in baseline standard deviations
+    cusum_min_bytes: Count = 50_000_000  # and at least this many bytes of accumulated excess
 
 
 class CorrelationConfig(_Section):

@@ -1,4 +1,11 @@
-"""Behavioural layer: per-agent baselines (Welford, EMA, z-score) and beaconing (after RITA).
+"""Behavioural layer: per-agent baselines (Welford, EMA, z-score, CUSUM) and beaconing (after RITA).
+
+The z-score judges one window; CUSUM (Page, 1954) judges their sum: each closed window adds what it
+sent above the baseline mean plus an allowance of `cusum_k` standard deviations, the sum never goes
+below zero, and crossing `cusum_h` standard deviations (and `cusum_min_bytes`) is a detection. A slow,
+steady exfiltration that never crosses 3 sigma in one window adds up there. CUSUM keeps its own
+reference baseline, learnt only from windows that leave the sum at zero: the z-score's baseline
+learns every window, so a shift that lasts hours would become its "normal" while being measured.
 
 Baselines live in memory only and start over with the process. Beaconing looks at the start times
 of an agent's connections to one destination: it collapses bursts, folds missed beats back onto the
@@ -53,6 +60,12 @@ class _Volume:
     total: int = 0
     by_remote: dict[int, int] = field(default_factory=dict)
     flow_ids: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+    cusum: float = 0.0  # bytes above the reference baseline, accumulated over closed windows
+    reference: Welford = field(default_factory=Welford)  # the windows that left the sum at zero
+    run_buckets: int = 0  # closed windows since the sum left zero
+    run_first_ns: int = 0
+    run_max_z: float = 0.0
+    run_by_remote: dict[int, int] = field(default_factory=dict)  # bytes out per destination during the run
 
 
 def bowley_skew(values: list[float]) -> float:
@@ -122,11 +135,17 @@ class BehaviourLayer:
                 self._volume.clear()
             state = self._volume[flow.agent_id] = _Volume()
         bucket = flow.last_ns // int(c.bucket_s * _NS)
+        out: list[Detection] = []
         if bucket > state.bucket:
             if state.bucket >= 0:
+                found = self._cusum(flow, state, float(state.total), config)
                 state.stats.add(float(state.total), c.ema_alpha)
                 for _ in range(min(bucket - state.bucket - 1, 60)):  # quiet buckets are part of the baseline
+                    quiet = self._cusum(flow, state, 0.0, config)
+                    found = found or quiet
                     state.stats.add(0.0, c.ema_alpha)
+                if found is not None:
+                    out.append(found)
             state.bucket, state.total = bucket, 0
             state.by_remote.clear()
         elif bucket < state.bucket:
@@ -136,21 +155,66 @@ class BehaviourLayer:
         state.flow_ids.append(flow.flow_id)
         stats = state.stats
         if stats.n < c.warmup_buckets or state.total < c.min_bytes:
-            return []
+            return out
         z = stats.z(float(state.total))
         if z < c.z_threshold or not self._throttle.allow(("volume", flow.agent_id), flow.last_ns, config.detectors.report_interval_s):
-            return []
+            return out
         top_ip = max(state.by_remote, key=state.by_remote.__getitem__)
         address = ip_str(top_ip)
         confidence = 0.45 + 0.35 * min(1.0, (z - c.z_threshold) / (3 * c.z_threshold))
         reason = f"{state.total} bytes out in {c.bucket_s:.0f} s, {z:.1f} standard deviations above this agent's baseline"
-        return [make_detection(
+        return out + [make_detection(
             "behaviour.volume", Category.VOLUME_ANOMALY, confidence, Severity.MEDIUM, agent_id=flow.agent_id,
             indicator=address, protocol=transport_name(flow), transport=transport_name(flow),
             evidence={"bytes_out": state.total, "bucket_s": c.bucket_s, "baseline_mean": round(stats.mean),
                       "baseline_std": round(stats.std), "ema": round(stats.ema), "z_score": round(z, 2),
                       "baseline_buckets": stats.n, "top_destination_bytes": state.by_remote[top_ip], "reason": reason},
             flow_ids=list(state.flow_ids), first_ns=bucket * int(c.bucket_s * _NS), last_ns=flow.last_ns, remote_ip=address)]
+
+    def _cusum(self, flow: FlowRecord, state: _Volume, value: float, config: AnalysisConfig) -> Detection | None:
+        """Adds one closed window's bytes to the agent's CUSUM; a detection when the sum crosses its threshold."""
+        c = config.volume
+        reference = state.reference
+        if not c.cusum:
+            return None
+        if reference.n < c.warmup_buckets:
+            reference.add(value, c.ema_alpha)
+            return None
+        mean, std = reference.mean, max(reference.std, 1.0)
+        state.cusum = max(0.0, state.cusum + value - mean - c.cusum_k * std)
+        if state.cusum == 0.0:
+            reference.add(value, c.ema_alpha)
+            state.run_buckets, state.run_max_z = 0, 0.0
+            state.run_by_remote.clear()
+            return None
+        if state.run_buckets == 0:
+            state.run_first_ns = state.bucket * int(c.bucket_s * _NS)
+        state.run_buckets += 1
+        state.run_max_z = max(state.run_max_z, (value - mean) / std)
+        if value and len(state.run_by_remote) < 10_000:
+            for remote, sent in state.by_remote.items():
+                state.run_by_remote[remote] = state.run_by_remote.get(remote, 0) + sent
+        threshold = max(c.cusum_h * std, float(c.cusum_min_bytes))
+        if state.cusum < threshold or not state.run_by_remote:
+            return None
+        excess, buckets, max_z = state.cusum, state.run_buckets, state.run_max_z
+        top_ip = max(state.run_by_remote, key=state.run_by_remote.__getitem__)
+        top_bytes = state.run_by_remote[top_ip]
+        first_ns = state.run_first_ns
+        state.cusum, state.run_buckets, state.run_max_z = 0.0, 0, 0.0  # alarm given: start over (Page's scheme)
+        state.run_by_remote.clear()
+        address = ip_str(top_ip)
+        confidence = 0.45 + 0.3 * min(1.0, excess / (4 * threshold))
+        reason = (f"{excess:,.0f} bytes out above this agent's baseline ({mean:,.0f} per {c.bucket_s:.0f} s) accumulated "
+                  f"over {buckets} windows, none more than {max_z:.1f} standard deviations above it")
+        return make_detection(
+            "behaviour.cusum", Category.VOLUME_ANOMALY, confidence, Severity.MEDIUM, agent_id=flow.agent_id,
+            indicator=address, protocol=transport_name(flow), transport=transport_name(flow),
+            evidence={"cumulative_excess_bytes": round(excess), "windows": buckets, "bucket_s": c.bucket_s,
+                      "baseline_mean": round(mean), "baseline_std": round(std), "cusum_k": c.cusum_k,
+                      "cusum_h": c.cusum_h, "threshold_bytes": round(threshold), "max_window_z": round(max_z, 2),
+                      "top_destination_bytes": top_bytes, "reason": reason},
+            flow_ids=list(state.flow_ids), first_ns=first_ns, last_ns=flow.last_ns, remote_ip=address)
 
     @staticmethod
     def _prevalence(visitors: dict[str, int], now_ns: int, window_s: float) -> int:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from appliance.detection.dpi.http_parse import HttpRequest, HttpResponse, parse_request, parse_response
-from appliance.detection.dpi.tls_parse import ClientHello, parse_client_hello
+from appliance.detection.dpi.tls_meta import TlsMetadata, tls_metadata
+from appliance.detection.dpi.tls_parse import ClientHello
 from appliance.model import FlowRecord, Transport
 
 _OUTBOUND = 1
@@ -22,6 +23,7 @@ class Facts:
     http_requests: list[HttpRequest] = field(default_factory=list)
     http_responses: list[HttpResponse] = field(default_factory=list)
     client_hello: ClientHello | None = None
+    tls: TlsMetadata | None = None  # hellos and fingerprints (client_hello is tls.client_hello)
 
 
 class FlowFacts:
@@ -30,19 +32,23 @@ class FlowFacts:
     def __init__(self) -> None:
         self._flow: FlowRecord | None = None
         self._facts = Facts()
+        self.tls_handshakes = 0  # flows with a ClientHello or ServerHello read
+        self.tls_incomplete = 0  # of those, a hello cut by the sample size or split beyond the samples
+        self.tls_unreadable = 0  # a sample opened a handshake record but no hello could be read
+        self.tls_certificates_unreadable = 0  # server certificates `cryptography` could not read
 
     def facts(self, flow: FlowRecord) -> Facts:
         if flow is self._flow:
             return self._facts
         result = Facts()
         if flow.transport is Transport.TCP and flow.samples:
+            handshake = False
             for pkt in flow.samples:
                 payload = pkt.payload
-                if pkt.direction == _OUTBOUND:
-                    first = payload[:1]
-                    if first == b"\x16" and result.client_hello is None:
-                        result.client_hello = parse_client_hello(payload)
-                    elif first.isalpha():
+                if payload[:1] == b"\x16":
+                    handshake = True
+                elif pkt.direction == _OUTBOUND:
+                    if payload[:1].isalpha():
                         request = parse_request(payload)
                         if request is not None:
                             result.http_requests.append(request)
@@ -50,6 +56,21 @@ class FlowFacts:
                     response = parse_response(payload)
                     if response is not None:
                         result.http_responses.append(response)
+            if handshake:
+                self._read_tls(flow, result)
         self._flow = flow
         self._facts = result
         return result
+
+    def _read_tls(self, flow: FlowRecord, result: Facts) -> None:
+        meta = tls_metadata(flow)
+        if meta is None:
+            self.tls_unreadable += 1
+            return
+        self.tls_handshakes += 1
+        if not meta.complete:
+            self.tls_incomplete += 1
+        self.tls_certificates_unreadable += meta.certificates_unreadable
+        result.tls = meta
+        flow.tls = meta.view()  # on the record too: the REST flow view shows it without parsing again
+        result.client_hello = meta.client_hello

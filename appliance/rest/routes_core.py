@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from appliance import __version__
 from appliance.agent_registry import AgentRegistry, AgentState
+from appliance.detection.dpi.tls_meta import opens_handshake, tls_metadata
 from appliance.errors import NotFound
 from appliance.flows.finished import FinishedFlows
 from appliance.flows.tracker import FlowTracker, community_id
@@ -30,6 +31,33 @@ class StatusReply(BaseModel):
     status: str
     version: str
     warnings: list[str]  # e.g. an active blanket exclusion; empty when all is well
+
+
+class FlowCertificate(BaseModel):
+    subject: str
+    issuer: str
+    dns_names: list[str]
+    ip_names: list[str]
+    not_before: str
+    not_after: str
+    self_signed: bool
+    key_type: str
+    key_bits: int
+    sha256: str
+
+
+class FlowTls(BaseModel):
+    ja4: str
+    ja4s: str
+    ja3: str
+    sni: str
+    alpn: str
+    client_version: str
+    server_version: str
+    cipher: str
+    complete: bool
+    certificate: FlowCertificate | None  # the server's leaf certificate, when it was sent in clear (TLS <= 1.2)
+    chain_length: int
 
 
 class FlowReply(BaseModel):
@@ -55,6 +83,7 @@ class FlowReply(BaseModel):
     pid: int
     process_name: str
     dns_queries: list[str]
+    tls: FlowTls | None
 
 
 class FlowList(BaseModel):
@@ -114,7 +143,17 @@ def flow_view(flow: FlowRecord, state: str) -> dict[str, Any]:
         "pid": flow.pid,
         "process_name": flow.process_name,
         "dns_queries": queries,
+        "tls": _tls_view(flow),
     }
+
+
+def _tls_view(flow: FlowRecord) -> dict[str, Any] | None:
+    if flow.tls is not None:  # set by analysis; a flow still queued for analysis is read from its samples here
+        return flow.tls
+    if not flow.samples or not opens_handshake(flow):
+        return None
+    meta = tls_metadata(flow)
+    return meta.view() if meta is not None else None
 
 
 def agent_view(agent: AgentState) -> dict[str, Any]:

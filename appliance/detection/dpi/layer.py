@@ -11,6 +11,7 @@ from appliance.detection.dpi.dns import DnsAnalyzer
 from appliance.detection.dpi.http import HttpAnalyzer
 from appliance.detection.dpi.icmp import IcmpAnalyzer
 from appliance.detection.dpi.tls import TlsAnalyzer
+from appliance.detection.dpi.tls_cert import SYSTEM_TRUST_ANCHORS, TrustAnchors
 from appliance.detection.facts import FlowFacts
 from appliance.detection.resolutions import ResolverCache
 from appliance.model import Detection, DnsMessage, FlowRecord, Transport
@@ -22,13 +23,14 @@ class DpiLayer:
     name = "dpi"
 
     def __init__(self, config: AnalysisConfigHolder, facts: FlowFacts, resolver: ResolverCache,
-                 domains: RegisteredDomains, scorer: NameScorer, words: WordModel) -> None:
+                 domains: RegisteredDomains, scorer: NameScorer, words: WordModel,
+                 anchors: TrustAnchors | None = None) -> None:
         self._config = config
         self._facts = facts
         self._resolver = resolver
         self.dns = DnsAnalyzer(domains, scorer)
         self.dga = DgaSignals(domains, words)
-        self.tls = TlsAnalyzer(resolver, domains)
+        self.tls = TlsAnalyzer(resolver, domains, anchors if anchors is not None else TrustAnchors.load(SYSTEM_TRUST_ANCHORS))
         self.icmp = IcmpAnalyzer()
         self.http = HttpAnalyzer()
 

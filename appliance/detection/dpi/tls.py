@@ -1,53 +1,130 @@
-"""TLS to an address the agent never resolved, and ClientHello SNI that no recent resolution backs."""
+"""TLS findings per flow: an address the agent never resolved, a ClientHello SNI that no recent
+resolution backs, a client fingerprint rare on this agent and the fleet, and anomalies of the
+server's certificate chain (seen in clear up to TLS 1.2). Destinations on private networks are not
+judged (`tls.ignore_private`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.detections import Throttle, make_detection
 from appliance.detection.domains import RegisteredDomains
+from appliance.detection.dpi.tls_cert import AnomalyLimits, TrustAnchors, chain_anomalies
+from appliance.detection.dpi.tls_meta import TlsMetadata
 from appliance.detection.facts import Facts
 from appliance.detection.resolutions import ResolverCache, is_private
 from appliance.model import Category, Detection, FlowRecord, Severity, Transport
 
+_NS = 1_000_000_000
+# Certificate findings that say the server is not who a public service would be; the rest are weaker hints.
+_MEDIUM = frozenset({"dpi.tls.cert_self_signed", "dpi.tls.cert_unknown_issuer", "dpi.tls.cert_expired",
+                     "dpi.tls.cert_sni_mismatch"})
+
+
+class FingerprintPrevalence:
+    """Which agents have shown which JA4, and how long each agent has been watched (bounded memory)."""
+
+    def __init__(self, max_fingerprints: int = 100_000, max_agents_per_fingerprint: int = 64) -> None:
+        self._agents_of: dict[str, set[str]] = {}
+        self._watched: dict[str, list[int]] = {}  # agent -> [first handshake ns, handshakes]
+        self._max_fingerprints = max_fingerprints
+        self._max_agents = max_agents_per_fingerprint
+
+    def observe(self, agent_id: str, fingerprint: str, now_ns: int) -> tuple[bool, int, float, int]:
+        """Records one handshake; returns (new to this agent, other agents with it, seconds watched, handshakes before)."""
+        watched = self._watched.get(agent_id)
+        if watched is None:
+            if len(self._watched) >= self._max_fingerprints:
+                del self._watched[next(iter(self._watched))]  # the agent watched longest ago starts over
+            watched = self._watched[agent_id] = [now_ns, 0]
+        seen_s, handshakes = max(now_ns - watched[0], 0) / _NS, watched[1]
+        watched[1] += 1
+        agents = self._agents_of.get(fingerprint)
+        if agents is None:
+            if len(self._agents_of) >= self._max_fingerprints:
+                del self._agents_of[next(iter(self._agents_of))]  # the oldest fingerprint learned is forgotten first
+            agents = self._agents_of[fingerprint] = set()
+        new = agent_id not in agents
+        others = len(agents) - (0 if new else 1)
+        if new and len(agents) < self._max_agents:  # past the cap it is common anyway
+            agents.add(agent_id)
+        return new, others, seen_s, handshakes
+
 
 class TlsAnalyzer:
-    """Raises RawIpTls detections from flows on TLS ports or carrying a ClientHello."""
+    """Raises RawIpTls detections from flows on TLS ports or carrying a TLS handshake."""
 
-    def __init__(self, resolver: ResolverCache, domains: RegisteredDomains) -> None:
+    def __init__(self, resolver: ResolverCache, domains: RegisteredDomains, anchors: TrustAnchors) -> None:
         self._resolver = resolver
         self._domains = domains
+        self._anchors = anchors
         self._throttle = Throttle()
+        self.prevalence = FingerprintPrevalence()
 
     def analyze(self, flow: FlowRecord, facts: Facts, config: AnalysisConfig) -> list[Detection]:
         c = config.tls
         hello = facts.client_hello
+        tls = facts.tls
         if flow.transport is not Transport.TCP or flow.packets_out == 0:
             return []
-        if hello is None and flow.remote_port not in c.ports:
+        if tls is None and flow.remote_port not in c.ports:
             return []
+        rarity = self.prevalence.observe(flow.agent_id, tls.ja4, flow.first_ns) if tls is not None and tls.ja4 else None
         address = flow.remote_addr
         if c.ignore_private and is_private(address):
             return []
         sni = hello.sni if hello is not None else ""
         version = hello.version if hello is not None else ""
         resolution = self._resolver.lookup(flow.agent_id, address, flow.first_ns, c.resolution_window_s)
-        evidence = {"sni": sni, "tls_version": version, "remote_port": flow.remote_port,
-                    "client_hello": hello is not None, "resolved_as": resolution.name if resolution else ""}
+        evidence: dict[str, Any] = {"sni": sni, "tls_version": version, "remote_port": flow.remote_port,
+                                    "client_hello": hello is not None, "resolved_as": resolution.name if resolution else "",
+                                    "ja4": tls.ja4 if tls is not None else ""}
         common = dict(agent_id=flow.agent_id, indicator=address, protocol="tls", transport="tcp",
                       flow_ids=[flow.flow_id], first_ns=flow.first_ns, last_ns=flow.last_ns,
                       remote_ip=address, domain=sni)
+        out: list[Detection] = []
         if resolution is None:
             confidence = 0.55 if sni else 0.6
             reason = (f"TLS to {address}:{flow.remote_port} which the agent did not resolve through DNS"
                       + (f" (SNI {sni})" if sni else " (no SNI)"))
-            return [make_detection("dpi.tls.raw_ip", Category.RAW_IP_TLS, confidence, Severity.MEDIUM,
-                                   evidence={**evidence, "reason": reason}, **common)]  # type: ignore[arg-type]
-        if sni and sni not in resolution.names:
+            out.append(make_detection("dpi.tls.raw_ip", Category.RAW_IP_TLS, confidence, Severity.MEDIUM,
+                                      evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        elif sni and sni not in resolution.names:
             sni_registered = self._domains.registered(sni)
             backed = {self._domains.registered(n) for n in resolution.names}
             if sni_registered not in backed and not self._resolver.name_resolved(
                     flow.agent_id, sni, flow.first_ns, c.resolution_window_s):
                 reason = f"SNI {sni} matches no recent resolution; {address} was resolved as {resolution.name}"
-                return [make_detection("dpi.tls.sni_mismatch", Category.RAW_IP_TLS, 0.5, Severity.MEDIUM,
-                                       evidence={**evidence, "reason": reason}, **common)]  # type: ignore[arg-type]
-        return []
+                out.append(make_detection("dpi.tls.sni_mismatch", Category.RAW_IP_TLS, 0.5, Severity.MEDIUM,
+                                          evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        if tls is None:
+            return out
+        if rarity is not None:
+            new, others, watched_s, handshakes = rarity
+            if (new and others <= c.rare_max_fleet_agents and watched_s >= c.rare_learning_s
+                    and handshakes >= c.rare_min_handshakes):
+                where = "this agent or the fleet" if others == 0 else f"this agent ({others} other agents have it)"
+                reason = f"TLS client fingerprint {tls.ja4} never seen on {where}"
+                out.append(make_detection(
+                    "dpi.tls.rare_fingerprint", Category.RAW_IP_TLS, 0.3 if others == 0 else 0.2, Severity.LOW,
+                    evidence={**evidence, "ja3": tls.ja3, "fleet_agents": others, "agent_watched_s": round(watched_s),
+                              "agent_handshakes": handshakes, "reason": reason}, **common))  # type: ignore[arg-type]
+        if tls.certificates:
+            out.extend(self._certificates(flow, tls, config, evidence, common))
+        return out
+
+    def _certificates(self, flow: FlowRecord, tls: TlsMetadata, config: AnalysisConfig, evidence: dict[str, Any],
+                      common: dict[str, Any]) -> list[Detection]:
+        c = config.tls
+        limits = AnomalyLimits(c.cert_min_validity_days, c.cert_fresh_s)
+        out = []
+        for anomaly in chain_anomalies(tls.certificates, tls.sni, flow.first_ns / _NS, self._anchors, limits):
+            key = (anomaly.detector, flow.agent_id, flow.remote_addr)
+            if not self._throttle.allow(key, flow.last_ns, config.detectors.report_interval_s):
+                continue
+            severity = Severity.MEDIUM if anomaly.detector in _MEDIUM else Severity.LOW
+            out.append(make_detection(anomaly.detector, Category.RAW_IP_TLS, anomaly.confidence, severity,
+                                      evidence={**evidence, **anomaly.evidence, "reason": anomaly.reason},
+                                      **common))  # type: ignore[arg-type]
+        return out

@@ -216,10 +216,17 @@ class SignatureEngine:
                     for p in flow.samples if p.icmp is not None and p.icmp.type in _ECHO]
         facts = self._facts.facts(flow)
         if protocol == "tls":
+            tls = facts.tls
             hello = facts.client_hello
-            if hello is None:
+            if tls is None or hello is None:
                 return []
-            return [{**base, "tls.sni": hello.sni, "tls.version": hello.version.lower()}]
+            leaf = tls.certificates[0] if tls.certificates else None
+            return [{**base, "tls.sni": tls.sni, "tls.version": hello.version.lower(),
+                     "tls.ja4": tls.ja4, "tls.ja4s": tls.ja4s, "tls.ja3": tls.ja3, "tls.alpn": tls.alpn.lower(),
+                     "tls.cert.subject": leaf.subject.lower() if leaf else "", "tls.cert.issuer": leaf.issuer.lower() if leaf else "",
+                     "tls.cert.self_signed": int(leaf.self_signed) if leaf else 0,
+                     "tls.cert.validity_days": int(leaf.validity_days) if leaf else 0,
+                     "tls.cert.key_bits": leaf.key_bits if leaf else 0}]
         return [{**base, "http.method": r.method.lower(), "http.host": r.host, "http.uri": r.uri.lower(),
                  "http.user_agent": r.user_agent.lower(), "http.content_length": r.content_length}
                 for r in facts.http_requests]

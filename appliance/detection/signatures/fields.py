@@ -1,4 +1,4 @@
-"""The 20 matchable fields: name -> (kind, protocols it exists in, description).
+"""The 29 matchable fields: name -> (kind, protocols it exists in, description).
 
 A flow yields records per rule protocol: one per DNS message (dns), one per ClientHello (tls),
 one per HTTP request (http), one per ICMP echo sample (icmp), one for the flow (tcp, udp). Flow
@@ -36,6 +36,15 @@ FIELDS: dict[str, FieldSpec] = {f.name: f for f in (
     FieldSpec("dns.rcode", "str", frozenset({"dns"}), "response code name of responses (NOERROR, NXDOMAIN, ...); empty for queries", "equals: NXDOMAIN"),
     FieldSpec("tls.sni", "str", frozenset({"tls"}), "ClientHello server name; empty when absent", "exists: false"),
     FieldSpec("tls.version", "str", frozenset({"tls"}), "highest version offered (SSLv3, TLSv1.0 ... TLSv1.3)", "in: [SSLv3, TLSv1.0]"),
+    FieldSpec("tls.ja4", "str", frozenset({"tls"}), "JA4 of the ClientHello (FoxIO); empty without one", "in_list: known_bad_ja4"),
+    FieldSpec("tls.ja4s", "str", frozenset({"tls"}), "JA4S of the ServerHello; empty when it was not seen", "in_list: known_bad_ja4s"),
+    FieldSpec("tls.ja3", "str", frozenset({"tls"}), "JA3 (MD5) of the ClientHello, for older intelligence", "equals: 72a589da586844d7f0818ce684948eea"),
+    FieldSpec("tls.alpn", "str", frozenset({"tls"}), "first ALPN protocol the client offered; empty when none", "exists: false"),
+    FieldSpec("tls.cert.subject", "str", frozenset({"tls"}), "server leaf certificate subject (RFC 4514; TLS 1.2 and earlier); empty when not seen", "contains: cn=localhost"),
+    FieldSpec("tls.cert.issuer", "str", frozenset({"tls"}), "server leaf certificate issuer (RFC 4514); empty when not seen", "contains: o=fortinet"),
+    FieldSpec("tls.cert.self_signed", "int", frozenset({"tls"}), "1 when the leaf certificate signed itself, else 0", "equals: 1"),
+    FieldSpec("tls.cert.validity_days", "int", frozenset({"tls"}), "leaf certificate validity in whole days; 0 when not seen", "gt: 825"),
+    FieldSpec("tls.cert.key_bits", "int", frozenset({"tls"}), "leaf certificate key size in bits; 0 when not seen", "lt: 2048"),
     FieldSpec("http.method", "str", frozenset({"http"}), "request method", "equals: POST"),
     FieldSpec("http.host", "str", frozenset({"http"}), "Host header without port", "regex: '^\\d+\\.\\d+\\.\\d+\\.\\d+$'"),
     FieldSpec("http.uri", "str", frozenset({"http"}), "request target as sent", "contains: /gate.php"),

@@ -1,4 +1,4 @@
-"""The 12 condition operators, as a plain registry: name -> (value check, compile)."""
+"""The 13 condition operators, as a plain registry: name -> (value check, compile)."""
 
 from __future__ import annotations
 
@@ -140,6 +140,15 @@ def _exists(value: Any, kind: str) -> Test:
     return (lambda got: got not in ("", None)) if value else (lambda got: got in ("", None))
 
 
+def _in_list(value: Any, kind: str) -> Test:
+    from appliance.detection.dpi.tls_lists import fingerprint_lists
+
+    lists = fingerprint_lists()
+    _need(isinstance(value, str) and value in lists, f"must name a shipped list ({', '.join(sorted(lists))})")
+    wanted = frozenset(lists[value])
+    return lambda got: got in wanted
+
+
 _ALL = frozenset({"str", "int", "ip"})
 OPERATORS: dict[str, Operator] = {op.name: op for op in (
     Operator("equals", _ALL, "the field equals the value (strings compare case-insensitively)", _equals),
@@ -154,4 +163,5 @@ OPERATORS: dict[str, Operator] = {op.name: op for op in (
     Operator("gt", frozenset({"int"}), "the field is greater than the number", _cmp(lambda a, b: a > b)),
     Operator("lt", frozenset({"int"}), "the field is less than the number", _cmp(lambda a, b: a < b)),
     Operator("exists", _ALL, "true: the field has a value; false: it is empty or absent", _exists),
+    Operator("in_list", frozenset({"str"}), "the field is in the named shipped fingerprint list (appliance/detection/data/tls_fingerprints.csv)", _in_list),
 )}

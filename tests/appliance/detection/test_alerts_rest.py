@@ -19,7 +19,7 @@ import yaml
 from appliance.generated import sensor_pb2_grpc
 from appliance.pki import CertificateAuthority
 from tests.appliance.detection import scenarios as sc
-from tests.appliance.detection.conftest import RULES, alerts_of
+from tests.appliance.detection.conftest import RULES, SHIPPED_RULES, alerts_of
 from tests.conftest import Rest
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -80,7 +80,7 @@ def test_active_alerts_metric_counts_open_alerts_and_delete_removes(detecting):
     assert detecting.rest.get("/api/v1/metrics")[1]["active_alerts"] == 2
     detecting.rest.post(f"/api/v1/alerts/{alerts[0]['id']}/status", {"status": "FalsePositive"})
     metrics = detecting.rest.get("/api/v1/metrics")[1]
-    assert metrics["active_alerts"] == 1 and metrics["alerts_generated"] == 2 and metrics["signature_rules"] == 16
+    assert metrics["active_alerts"] == 1 and metrics["alerts_generated"] == 2 and metrics["signature_rules"] == SHIPPED_RULES
     status, _ = detecting.rest.call("DELETE", f"/api/v1/alerts/{alerts[1]['id']}")
     assert status == 200
     assert detecting.rest.get(f"/api/v1/alerts/{alerts[1]['id']}")[0] == 404

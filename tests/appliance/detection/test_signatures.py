@@ -12,7 +12,7 @@ from appliance.detection.signatures.fields import FIELDS
 from appliance.detection.signatures.operators import OPERATORS
 from appliance.detection.signatures.rules import load_directory, parse_rule
 from tests.appliance.detection import scenarios as sc
-from tests.appliance.detection.conftest import RULES, alerts_of
+from tests.appliance.detection.conftest import RULES, SHIPPED_RULES, alerts_of
 from tests.polling import wait_for
 
 RULE = {"id": "SIG-TEST-001", "title": "Test rule", "description": "POST to the test host", "protocol": "http",
@@ -22,9 +22,9 @@ RULE = {"id": "SIG-TEST-001", "title": "Test rule", "description": "POST to the 
 
 def test_shipped_rules_are_sixteen_over_five_protocols_and_the_readme_documents_every_operator_and_field():
     rules, errors = load_directory(RULES)
-    assert errors == [] and len(rules) == 16
+    assert errors == [] and len(rules) == SHIPPED_RULES
     assert {r.protocol for r in rules} == {"dns", "tls", "http", "icmp", "tcp"}
-    assert len(OPERATORS) == 12 and len(FIELDS) == 20
+    assert len(OPERATORS) == 13 and len(FIELDS) == 29
     readme = (RULES / "README.md").read_text()
     for name in list(OPERATORS) + list(FIELDS):
         assert f"`{name}`" in readme, name
@@ -57,7 +57,7 @@ def test_yaml_is_loaded_safely(tmp_path: Path):
 def test_rest_lists_validates_creates_and_toggles(detecting):
     rest = detecting.rest
     status, body = rest.get("/api/v1/signatures")
-    assert status == 200 and body["loaded"] == 16 and body["last_error"] == []
+    assert status == 200 and body["loaded"] == SHIPPED_RULES and body["last_error"] == []
     status, body = rest.post("/api/v1/signatures/validate", {**RULE, "conditions": [{"field": "http.host", "op": "like", "value": "x"}]})
     assert status == 422 and "conditions[0].op" in body["error"]
     assert not (detecting.tmp / "signatures" / "SIG-TEST-001.yaml").exists()
@@ -65,11 +65,11 @@ def test_rest_lists_validates_creates_and_toggles(detecting):
     assert status == 422 and not (detecting.tmp / "signatures" / "SIG-TEST-001.yaml").exists()
     assert rest.post("/api/v1/signatures/validate", RULE)[0] == 200
     status, body = rest.post("/api/v1/signatures", RULE)
-    assert status == 200 and body["loaded"] == 17
+    assert status == 200 and body["loaded"] == SHIPPED_RULES + 1
     path = detecting.tmp / "signatures" / "SIG-TEST-001.yaml"
     assert yaml.safe_load(path.read_text())["id"] == "SIG-TEST-001"
     status, body = rest.post("/api/v1/signatures", {**RULE, "title": "Renamed"})  # update in place
-    assert status == 200 and body["loaded"] == 17 and yaml.safe_load(path.read_text())["title"] == "Renamed"
+    assert status == 200 and body["loaded"] == SHIPPED_RULES + 1 and yaml.safe_load(path.read_text())["title"] == "Renamed"
     status, body = rest.post("/api/v1/signatures/SIG-TEST-001/toggle")
     assert status == 200 and body["rule"]["enabled"] is False
     assert yaml.safe_load(path.read_text())["enabled"] is False  # persisted in the file
@@ -91,14 +91,14 @@ def test_hot_reload_good_file_bad_file_and_burst(detecting):
     directory = detecting.tmp / "signatures"
     reloads = engine.reloads
     (directory / "extra.yaml").write_text(yaml.safe_dump(RULE))
-    assert wait_for(lambda: engine.loaded == 17)
+    assert wait_for(lambda: engine.loaded == SHIPPED_RULES + 1)
     assert engine.reloads == reloads + 1
     # A bad file: the previous set keeps running and the reason is reported.
     (directory / "broken.yaml").write_text(yaml.safe_dump({**RULE, "id": "SIG-BROKEN", "severity": "Severe"}))
     assert wait_for(lambda: engine.last_error != [])
-    assert engine.loaded == 17
+    assert engine.loaded == SHIPPED_RULES + 1
     status, body = detecting.rest.get("/api/v1/signatures")
-    assert body["loaded"] == 17 and any("broken.yaml: severity" in e for e in body["last_error"])
+    assert body["loaded"] == SHIPPED_RULES + 1 and any("broken.yaml: severity" in e for e in body["last_error"])
     (directory / "broken.yaml").unlink()
     assert wait_for(lambda: engine.last_error == [])
     # A burst of edits within the debounce window gives one reload, of the final content.
@@ -110,7 +110,7 @@ def test_hot_reload_good_file_bad_file_and_burst(detecting):
     time.sleep(0.8)
     assert engine.reloads == before + 1
     (directory / "extra.yaml").unlink()
-    assert wait_for(lambda: engine.loaded == 16)
+    assert wait_for(lambda: engine.loaded == SHIPPED_RULES)
 
 
 def test_reload_never_exposes_a_half_loaded_set(detecting):
@@ -120,11 +120,11 @@ def test_reload_never_exposes_a_half_loaded_set(detecting):
     for i in range(5):
         (directory / f"x{i}.yaml").write_text(yaml.safe_dump({**RULE, "id": f"SIG-X-{i}"}))
     deadline = time.time() + 3
-    while time.time() < deadline and engine.loaded != 21:
+    while time.time() < deadline and engine.loaded != SHIPPED_RULES + 5:
         seen.add(len(engine.ruleset.rules))
     seen.add(len(engine.ruleset.rules))
-    assert seen <= {16, 21} and engine.loaded == 21
-    assert detecting.rest.post("/api/v1/signatures/reload")[1]["loaded"] == 21
+    assert seen <= {SHIPPED_RULES, SHIPPED_RULES + 5} and engine.loaded == SHIPPED_RULES + 5
+    assert detecting.rest.post("/api/v1/signatures/reload")[1]["loaded"] == SHIPPED_RULES + 5
 
 
 def test_every_documented_example_is_a_valid_condition():
@@ -132,9 +132,20 @@ def test_every_documented_example_is_a_valid_condition():
 
     readme = (RULES / "README.md").read_text()
     examples = regex.findall(r"`(\{field: .*\})`", readme)
-    assert len(examples) == 32  # 12 operators + 20 fields
+    assert len(examples) == len(OPERATORS) + len(FIELDS)  # every operator and every field has its example
     for example in examples:
         condition = yaml.safe_load(example)
         protocol = next(iter(sorted(FIELDS[condition["field"]].protocols)))
         rule, errors = parse_rule({**RULE, "protocol": protocol, "conditions": [condition]}, "example.yaml")
         assert errors == [], (example, errors)
+
+
+def test_in_list_names_a_shipped_list_and_refuses_anything_else_over_rest(detecting):
+    rule = {**RULE, "protocol": "tls", "conditions": [{"field": "tls.ja4", "op": "in_list", "value": "known_bad_ja4"}]}
+    assert detecting.rest.post("/api/v1/signatures/validate", rule)[0] == 200
+    for bad in ("no_such_list", "../../etc/passwd", ["known_bad_ja4"], 7, "x" * 10_000):
+        status, body = detecting.rest.post("/api/v1/signatures/validate", {**rule, "conditions": [{**rule["conditions"][0], "value": bad}]})
+        assert status == 422 and "conditions[0].value" in body["error"] and "known_bad_ja4" in body["error"], body
+        assert len(body["error"]) < 1000
+    status, body = detecting.rest.post("/api/v1/signatures/validate", {**rule, "conditions": [{"field": "tls.cert.key_bits", "op": "in_list", "value": "known_bad_ja4"}]})
+    assert status == 422 and "in_list does not apply to int field" in body["error"]

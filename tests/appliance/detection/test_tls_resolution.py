@@ -66,3 +66,17 @@ def test_private_addresses_are_not_judged(detecting):
     sc.stream(detecting.stub(), stream)
     assert detecting.rest.get("/api/v1/metrics")[1]["detections_generated"] == 1  # only the no-SNI rule, once per interval
     assert alerts_of(detecting) == []
+
+
+def test_a_name_resolved_every_minute_stays_known_for_analysis_an_hour_behind():
+    from appliance.detection.resolutions import ResolverCache
+    from appliance.model import DnsAnswer, DnsMessage
+
+    cache = ResolverCache()
+    minute = 60 * 10**9
+    for m in range(120):  # ingestion runs ahead: two hours of answers are in before the flows are judged
+        cache.observe("agent", DnsMessage(1, True, 0, NAME, 1, 1, [DnsAnswer(NAME, 1, 60, SERVER)], timestamp_ns=m * minute))
+    for m in (0, 5, 30, 61, 119):
+        assert cache.lookup("agent", SERVER, m * minute + 20 * 10**6, 3600) is not None, m
+    assert cache.lookup("agent", SERVER, -5 * minute, 3600) is None  # before the first answer: unknown
+    assert len(cache._by_ip["agent"][SERVER].times) <= 64

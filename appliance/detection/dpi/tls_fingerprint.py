@@ -1,0 +1,78 @@
+"""TLS fingerprints: JA4 and JA4S (FoxIO, technical_details/JA4.md and JA4S.md) and JA3 (Salesforce).
+
+Pure functions of a parsed hello. JA4 is the current reference (sorted lists, so extension-order
+randomisation in browsers does not change it); JA3 is kept for compatibility with older threat
+intelligence. GREASE values (RFC 8701) are ignored everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from appliance.detection.dpi.tls_parse import EXT_ALPN, EXT_SNI, ClientHello, ServerHello, is_grease
+
+_JA4_VERSIONS = {0x0304: "13", 0x0303: "12", 0x0302: "11", 0x0301: "10", 0x0300: "s3", 0x0002: "s2",
+                 0xFEFF: "d1", 0xFEFD: "d2", 0xFEFC: "d3"}
+_EMPTY = "000000000000"
+
+
+def _sha12(text: str) -> str:
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:12]
+
+
+def _alnum(byte: int) -> bool:
+    return 0x30 <= byte <= 0x39 or 0x41 <= byte <= 0x5A or 0x61 <= byte <= 0x7A
+
+
+def alpn_code(first: bytes | None) -> str:
+    """Two characters for the first ALPN value: its first and last byte, or hex nibbles when not alphanumeric."""
+    if not first:
+        return "00"
+    if _alnum(first[0]) and _alnum(first[-1]):
+        return chr(first[0]) + chr(first[-1])
+    text = first.hex()
+    return text[0] + text[-1]
+
+
+def _count(n: int) -> str:
+    return f"{min(n, 99):02d}"
+
+
+def ja4(hello: ClientHello, transport: str = "t") -> str:
+    """JA4 of a ClientHello, e.g. t13d1516h2_8daaf6152771_e5627efa2ab1."""
+    ciphers = [c for c in hello.ciphers if not is_grease(c)]
+    extensions = [e for e in hello.extensions if not is_grease(e)]
+    version = _JA4_VERSIONS.get(hello.max_version, "00")
+    sni = "d" if EXT_SNI in extensions else "i"
+    prefix = f"{transport}{version}{sni}{_count(len(ciphers))}{_count(len(extensions))}" \
+             f"{alpn_code(hello.alpn[0] if hello.alpn else None)}"
+    cipher_hash = _sha12(",".join(f"{c:04x}" for c in sorted(ciphers))) if ciphers else _EMPTY
+    hashed = sorted(e for e in extensions if e not in (EXT_SNI, EXT_ALPN))
+    algorithms = [a for a in hello.signature_algorithms if not is_grease(a)]
+    text = ",".join(f"{e:04x}" for e in hashed)
+    if algorithms:
+        text += "_" + ",".join(f"{a:04x}" for a in algorithms)
+    extension_hash = _sha12(text) if hashed else _EMPTY
+    return f"{prefix}_{cipher_hash}_{extension_hash}"
+
+
+def ja4s(hello: ServerHello, transport: str = "t") -> str:
+    """JA4S of a ServerHello, e.g. t120400_c030_4e8089b08790."""
+    extensions = [e for e in hello.extensions if not is_grease(e)]
+    version = _JA4_VERSIONS.get(hello.version, "00")
+    prefix = f"{transport}{version}{_count(len(extensions))}{alpn_code(hello.alpn)}"
+    extension_hash = _sha12(",".join(f"{e:04x}" for e in extensions)) if extensions else _EMPTY
+    return f"{prefix}_{hello.cipher:04x}_{extension_hash}"
+
+
+def ja3_string(hello: ClientHello) -> str:
+    """SSLVersion,Ciphers,Extensions,EllipticCurves,EcPointFormats (decimal, dash-joined, GREASE removed)."""
+    def join(values: list[int]) -> str:
+        return "-".join(str(v) for v in values if not is_grease(v))
+    return ",".join((str(hello.legacy_version), join(hello.ciphers), join(hello.extensions), join(hello.groups),
+                     "-".join(str(v) for v in hello.point_formats)))
+
+
+def ja3(hello: ClientHello) -> str:
+    """JA3: the MD5 of `ja3_string` (an identifier, not a security use of MD5)."""
+    return hashlib.md5(ja3_string(hello).encode("ascii"), usedforsecurity=False).hexdigest()
