@@ -32,7 +32,8 @@ from appliance.pipeline import AnalysisPipeline
 from appliance.detection import DetectionParts
 from appliance.detection.alert_channel import AlertChannel
 from appliance.detection.alert_store import AlertStore
-from appliance.detection.analysis_config import AnalysisConfigHolder, ConfigStore, load_analysis_config
+from appliance.detection.analysis_config_holder import AnalysisConfigHolder
+from appliance.detection.analysis_config_store import ConfigStore, load_analysis_config
 from appliance.detection.behaviour import BehaviourLayer
 from appliance.detection.correlation import Correlator
 from appliance.detection.database import DB_FILE as DETECTION_DB

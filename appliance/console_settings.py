@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from appliance.detection.analysis_config import AnalysisConfigHolder
+from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.database import DetectionDatabase
 from appliance.detection.layers import LAYER_OF_CATEGORY, LAYERS
 from appliance.model import Detection

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from appliance.detection.alert_channel import AlertChannel
     from appliance.detection.alert_store import AlertStore
-    from appliance.detection.analysis_config import AnalysisConfigHolder
+    from appliance.detection.analysis_config_holder import AnalysisConfigHolder
     from appliance.detection.behaviour import BehaviourLayer
     from appliance.detection.correlation import Correlator
     from appliance.detection.database import DetectionDatabase

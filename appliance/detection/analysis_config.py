@@ -1,20 +1,15 @@
 """The analysis config: every detector threshold, window and correlation parameter, typed.
 
-Validated once (pydantic, unknown keys refused, each error names the key); held by
-`AnalysisConfigHolder`, whose `current` is swapped atomically so the worker reads one consistent
-snapshot per flow. Persisted in SQLite (`ConfigStore`) so a POSTed config survives a restart.
+Validated once (pydantic, unknown keys refused, each error names the key). The config in force is held
+by `analysis_config_holder.AnalysisConfigHolder`; it is persisted by `analysis_config_store`.
 Times are seconds of event time (the timestamps agents put on packets).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from appliance.detection.database import DetectionDatabase
 
 Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
 Seconds = Annotated[float, Field(gt=0, le=7 * 86400)]
@@ -153,61 +148,3 @@ def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
-
-
-class ConfigStore:
-    """Persists the analysis config as one JSON row."""
-
-    def __init__(self, db: DetectionDatabase) -> None:
-        self._db = db.conn
-        self._lock = db.lock
-
-    def load(self) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._db.execute("SELECT body FROM analysis_config WHERE id = 1").fetchone()
-        return json.loads(row[0]) if row else None
-
-    def save(self, config: AnalysisConfig) -> None:
-        with self._lock, self._db:
-            self._db.execute("INSERT OR REPLACE INTO analysis_config (id, body) VALUES (1, ?)", (config.model_dump_json(),))
-
-
-class AnalysisConfigHolder:
-    """The config in force; `replace` validates nothing (callers pass a validated object)."""
-
-    def __init__(self, config: AnalysisConfig, store: ConfigStore | None = None) -> None:
-        self.current = config
-        self._store = store
-        self._listeners: list[Callable[[AnalysisConfig], None]] = []
-
-    def replace(self, config: AnalysisConfig) -> None:
-        if self._store is not None:
-            self._store.save(config)
-        self.current = config
-        for listener in self._listeners:
-            listener(config)
-
-    def on_change(self, listener: Callable[[AnalysisConfig], None]) -> None:
-        self._listeners.append(listener)
-
-
-def load_analysis_config(store: ConfigStore, seed: dict[str, Any]) -> AnalysisConfig:
-    """The persisted config if there is a valid one, else defaults overlaid with `analysis.detectors`."""
-    import logging
-
-    from pydantic import ValidationError
-
-    from appliance.config import describe_errors
-    from appliance.errors import ConfigError
-
-    saved = store.load()
-    if saved is not None:
-        try:
-            return AnalysisConfig.model_validate(saved)
-        except ValidationError as err:
-            logging.getLogger(__name__).warning("persisted analysis config ignored: %s",
-                                                describe_errors(err, "analysis_config").replace("\n", "; "))
-    try:
-        return AnalysisConfig.model_validate(merge(AnalysisConfig().model_dump(), seed))
-    except ValidationError as err:
-        raise ConfigError(describe_errors(err, "analysis.detectors")) from None

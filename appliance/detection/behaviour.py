@@ -21,7 +21,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from appliance.detection.analysis_config import AnalysisConfig, AnalysisConfigHolder
+from appliance.detection.analysis_config import AnalysisConfig
+from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.detections import Throttle, make_detection, transport_name
 from appliance.model import Category, Detection, FlowRecord, Severity, Transport, ip_str
 

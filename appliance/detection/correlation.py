@@ -18,7 +18,8 @@ from typing import Any
 from appliance.detection.alert import Alert, MAX_DETECTIONS_KEPT
 from appliance.detection.alert_channel import AlertChannel
 from appliance.detection.alert_store import AlertStore
-from appliance.detection.analysis_config import AnalysisConfigHolder, CorrelationConfig
+from appliance.detection.analysis_config import CorrelationConfig
+from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.model import Category, Detection, Severity
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,8 @@ from appliance.detection.alert_query import FILTER_NAMES, AlertFilter, QueryErro
 from appliance.detection.alert import Alert
 from appliance.detection.alert_store import AlertStore
 from appliance.detection.triage import InvalidTransition
-from appliance.detection.analysis_config import AnalysisConfig, AnalysisConfigHolder
+from appliance.detection.analysis_config import AnalysisConfig
+from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.exclusions import SCOPES, BlanketExclusion, Exclusion, ExclusionStore
 from appliance.detection.signatures.engine import SignatureEngine
 from appliance.detection.signatures.rules import Rule, RuleError

@@ -14,7 +14,7 @@ import pytest
 
 from appliance.dashboard.accounts import UserStore
 from appliance.detection.alert_store import AlertStore
-from appliance.detection.analysis_config import ConfigStore
+from appliance.detection.analysis_config_store import ConfigStore
 from appliance.detection.database import DetectionDatabase
 from appliance.detection.exclusions import ExclusionStore
 from appliance.enrollment.store import EnrollmentStore

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from appliance.detection.analysis_config import AnalysisConfigHolder
+from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import NameScorer
 from appliance.detection.dpi.dga_signals import DgaSignals

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from appliance.detection.analysis_config import AnalysisConfigHolder
+from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.detections import Throttle, make_detection, transport_name
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.facts import FlowFacts

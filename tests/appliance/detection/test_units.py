@@ -10,7 +10,8 @@ import pytest
 
 from appliance.detection.alert_channel import AlertChannel
 from appliance.detection.alert_store import AlertStore
-from appliance.detection.analysis_config import AnalysisConfig, AnalysisConfigHolder, CorrelationConfig
+from appliance.detection.analysis_config import AnalysisConfig, CorrelationConfig
+from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.behaviour import beacon_scores
 from appliance.detection.correlation import Correlator, combine
 from appliance.detection.database import DetectionDatabase

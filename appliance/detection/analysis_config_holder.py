@@ -1,0 +1,27 @@
+"""The analysis config in force: swapped whole, so the worker reads one consistent snapshot per flow."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from appliance.detection.analysis_config import AnalysisConfig
+from appliance.detection.analysis_config_store import ConfigStore
+
+
+class AnalysisConfigHolder:
+    """The config in force; `replace` validates nothing (callers pass a validated object)."""
+
+    def __init__(self, config: AnalysisConfig, store: ConfigStore | None = None) -> None:
+        self.current = config
+        self._store = store
+        self._listeners: list[Callable[[AnalysisConfig], None]] = []
+
+    def replace(self, config: AnalysisConfig) -> None:
+        if self._store is not None:
+            self._store.save(config)
+        self.current = config
+        for listener in self._listeners:
+            listener(config)
+
+    def on_change(self, listener: Callable[[AnalysisConfig], None]) -> None:
+        self._listeners.append(listener)
