@@ -39,7 +39,7 @@ def test_every_problem_is_reported_in_one_pass_with_file_field_and_reason():
                           {"field": "bytes_out", "op": "gt", "value": "big"}]}
     rule, errors = parse_rule(bad, "bad.yaml")
     assert rule is None
-    text = "\n".join(errors)
+    text = "\n".join(map(str, errors))
     for fragment in ("bad.yaml: extra: unknown field", "bad.yaml: id:", "bad.yaml: title:", "bad.yaml: description: is required",
                      "bad.yaml: protocol:", "bad.yaml: category:", "bad.yaml: severity:", "bad.yaml: confidence:",
                      "bad.yaml: enabled:", "conditions[1].field: unknown field 'nope'", "conditions[2].op: contains does not apply",
@@ -51,7 +51,7 @@ def test_every_problem_is_reported_in_one_pass_with_file_field_and_reason():
 def test_yaml_is_loaded_safely(tmp_path: Path):
     (tmp_path / "evil.yaml").write_text("!!python/object/apply:os.system ['echo pwned']\n")
     rules, errors = load_directory(tmp_path)
-    assert rules == [] and errors and errors[0].startswith("evil.yaml:")
+    assert rules == [] and errors and errors[0].file == "evil.yaml" and str(errors[0]).startswith("evil.yaml:")
 
 
 def test_rest_lists_validates_creates_and_toggles(detecting):
