@@ -138,3 +138,18 @@ def test_every_documented_example_is_a_valid_condition():
         protocol = next(iter(sorted(FIELDS[condition["field"]].protocols)))
         rule, errors = parse_rule({**RULE, "protocol": protocol, "conditions": [condition]}, "example.yaml")
         assert errors == [], (example, errors)
+
+
+def test_rule_problems_carry_file_field_and_reason_and_the_422_lists_them_by_field(appliance):
+    hostile_key = "k" * 5000
+    bad = {**RULE, "confidence": 2, hostile_key: 1, "conditions": [{"field": "http.host", "op": "like", "value": "x"}]}
+    rule, problems = parse_rule(bad, "SIG-TEST-001.yaml")
+    assert rule is None
+    by_field = {p.field: p for p in problems}
+    assert by_field["confidence"].file == "SIG-TEST-001.yaml"
+    assert by_field["confidence"].reason.startswith("must be a number from 0.0 to 1.0")
+    assert by_field["conditions[0].op"].reason.startswith("unknown operator 'like'")
+    assert max(len(p.field) for p in problems) <= 80  # an attacker's key is cut in the problem
+    status, body = appliance.rest.post("/api/v1/signatures/validate", bad)
+    assert status == 422 and body["code"] == "INVALID_RULE" and body["field"] == problems[0].field
+    assert body["fields"] == {p.field: p.reason for p in problems}
