@@ -1,8 +1,8 @@
 """The REST framework of the appliance: one Bottle app, one route table, one error shape.
 
 Routes are declared with `Api.route(...)`: method, path, summary, whether they are public, and
-the pydantic models of their body and reply. The same table drives authentication, request
-parsing, error rendering and the OpenAPI document, so none of them can drift from the others.
+the pydantic models of their body and reply, their query `Param`s. The same table drives authentication,
+request parsing, error rendering and the OpenAPI document, so none of them can drift from the others.
 
 Every route declares its reply: a pydantic model for a JSON document, or `Media` for a file, a
 script or a CSV. A JSON body model is parsed by the framework and handed to the handler as `body`.
@@ -11,8 +11,8 @@ validating every flow of a 1000-flow page would cost more than building it); wit
 `rest.check_replies` on (the test fixtures turn it on) every reply is held to its declaration and
 one that breaks it is answered as a 500 and logged, so a test that touches the route fails.
 
-Errors: every failure answers `{"error": message}` (plus `code` or `field` where one applies)
-with a fitting status. Nothing renders an HTML page or a stack trace.
+Errors: every failure answers `{"error": message}` (plus `code`, `field` and `fields` where they
+apply: `ErrorReply`) with a fitting status. Nothing renders an HTML page or a stack trace.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import bottle
 from pydantic import BaseModel, ValidationError
@@ -74,6 +74,52 @@ Declared = type[BaseModel] | Media
 
 
 @dataclass(frozen=True)
+class Param:
+    """One query parameter, documented from and read with the same declaration (`Api` reads the declared
+    ones before the handler runs and passes them as `query`; a bad value is a 422 naming the parameter).
+
+    A plain string in `RouteSpec.query` documents a parameter the handler reads itself (the enrollment token)."""
+
+    description: str
+    kind: Literal["text", "integer", "choice"] = "text"
+    max_len: int = 256
+    choices: tuple[str, ...] = ()
+    default: int | str | None = None
+    low: int = 0
+    high: int = 0
+
+    @classmethod
+    def text(cls, description: str, max_len: int = 256) -> Param:
+        return cls(description, max_len=max_len)
+
+    @classmethod
+    def integer(cls, description: str, default: int, low: int, high: int) -> Param:
+        return cls(description, "integer", default=default, low=low, high=high)
+
+    @classmethod
+    def choice(cls, description: str, choices: tuple[str, ...], default: str | None = None) -> Param:
+        return cls(description, "choice", choices=choices, default=default)
+
+    def read(self, name: str) -> Any:
+        if self.kind == "integer":
+            assert isinstance(self.default, int)
+            return query_int(name, self.default, self.low, self.high)
+        if self.kind == "choice":
+            return query_choice(name, set(self.choices)) or self.default
+        return query_str(name, self.max_len)
+
+    def schema(self) -> dict[str, Any]:
+        if self.kind == "integer":
+            return {"type": "integer", "minimum": self.low, "maximum": self.high, "default": self.default}
+        if self.kind == "choice":
+            return {"enum": list(self.choices), **({"default": self.default} if self.default is not None else {})}
+        return {"type": "string", "maxLength": self.max_len}
+
+
+LIMIT = Param.integer("1-1000, default 100", 100, 1, 1000)
+
+
+@dataclass(frozen=True)
 class RouteSpec:
     """One REST route as documented and enforced."""
 
@@ -87,7 +133,7 @@ class RouteSpec:
     tag: str = "appliance"
     body: Declared | None = None  # a model is parsed by the framework and passed to the handler as `body`
     body_optional: bool = False  # no body at all stands for the model's defaults (`curl -X POST`)
-    query: dict[str, str] = field(default_factory=dict)  # name -> description
+    query: dict[str, Param | str] = field(default_factory=dict)  # name -> Param (read by Api), or a description
     auth: str = "admin"  # admin | deploy | none
 
 
@@ -107,7 +153,8 @@ def check_json_reply(model: type[BaseModel], body: bytes | str) -> None:
     except ValidationError as err:
         raise ReplyContractError(f"{model.__name__}: {err}") from None
     if json.loads(parsed.model_dump_json(by_alias=True)) != json.loads(body):
-        raise ReplyContractError(f"{model.__name__}: the reply has fields the model does not declare")
+        raise ReplyContractError(f"{model.__name__}: the reply differs from the model's own serialisation "
+                                 "(a field the model does not declare?)")
 
 
 def check_reply(spec: RouteSpec, response: bottle.HTTPResponse) -> None:
@@ -206,6 +253,9 @@ class Api:
                     raise ApiError(401, "Authentication required")
                 if isinstance(spec.body, type):
                     url_args["body"] = self._parse_body(spec, spec.body)
+                params = {name: p.read(name) for name, p in spec.query.items() if isinstance(p, Param)}
+                if params:
+                    url_args["query"] = params
                 response = self._response(spec, spec.handler(**url_args))
                 if self.check_replies:
                     check_reply(spec, response)

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from appliance import __version__
-from appliance.rest.api import Declared, ErrorReply, Media, RouteSpec
+from appliance.rest.api import Declared, ErrorReply, Media, Param, RouteSpec
 
 _PARAM = re.compile(r"<([a-zA-Z_][a-zA-Z0-9_]*)(?::[^>]*)?>")
 
@@ -54,8 +54,10 @@ def build_openapi(routes: list[RouteSpec], title: str = "Sensor appliance API") 
             for name in _PARAM.findall(spec.path)
         ]
         params += [
-            {"name": name, "in": "query", "required": False, "description": text, "schema": {"type": "string"}}
-            for name, text in spec.query.items()
+            {"name": name, "in": "query", "required": False, "description": p.description, "schema": p.schema()}
+            if isinstance(p, Param) else
+            {"name": name, "in": "query", "required": False, "description": p, "schema": {"type": "string"}}
+            for name, p in spec.query.items()
         ]
         if params:
             op["parameters"] = params

@@ -15,7 +15,7 @@ from appliance.flows.finished import FinishedFlows
 from appliance.flows.tracker import FlowTracker, community_id
 from appliance.metrics import MetricsCollector, MetricsHistory
 from appliance.model import FlowRecord
-from appliance.rest.api import Api, query_choice, query_int, query_str
+from appliance.rest.api import LIMIT, Api, Param
 
 
 def iso_ns(ns: int) -> str:
@@ -258,13 +258,11 @@ def install(
 
     @api.route(
         "GET", "/api/v1/flows", "Live and recently finished flows, newest first", reply=FlowList,
-        query={"agent_id": "only this agent's flows", "state": "active or finished (default both)",
-               "limit": "1-1000, default 100"},
+        query={"agent_id": Param.text("only this agent's flows", 64),
+               "state": Param.choice("active or finished (default both)", ("active", "finished")), "limit": LIMIT},
     )
-    def flows() -> dict[str, Any]:
-        agent_id = query_str("agent_id", 64)
-        state = query_choice("state", {"active", "finished"})
-        limit = query_int("limit", 100, 1, 1000)
+    def flows(query: dict[str, Any]) -> dict[str, Any]:
+        agent_id, state, limit = query["agent_id"], query["state"], query["limit"]
         items: list[dict[str, Any]] = []
         if state in (None, "active"):
             items.extend(flow_view(f, "active") for f in tracker.snapshot(agent_id, limit))
@@ -298,13 +296,13 @@ def install(
 
     @api.route(
         "GET", "/api/v1/agents/<agent_id>/events", "Recent process or file events an agent streamed, newest first",
-        query={"kind": "processes (default) or files", "limit": "1-1000, default 100"}, reply=AgentEvents,
+        query={"kind": Param.choice("processes (default) or files", ("processes", "files"), "processes"), "limit": LIMIT},
+        reply=AgentEvents,
     )
-    def agent_events(agent_id: str) -> dict[str, Any]:
+    def agent_events(agent_id: str, query: dict[str, Any]) -> dict[str, Any]:
         if agents.get(agent_id) is None:
             raise NotFound(f"No agent with id {agent_id[:64]!r}")
-        kind = query_choice("kind", {"processes", "files"}) or "processes"
-        limit = query_int("limit", 100, 1, 1000)
+        kind, limit = query["kind"], query["limit"]
         items = events(agent_id, kind)[-limit:][::-1]
         return {"agent_id": agent_id, "kind": kind, "events": items, "count": len(items)}
 

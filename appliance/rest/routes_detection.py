@@ -21,7 +21,7 @@ from appliance.detection.signatures import rules
 from appliance.detection.signatures.rules import Rule, RuleError
 from appliance.errors import ApiError, NotFound, Unprocessable
 from appliance.model import Category, Severity
-from appliance.rest.api import Api, Media, query_choice, query_int, query_str
+from appliance.rest.api import LIMIT, Api, Media, Param
 
 
 def _iso(ns: int) -> str:
@@ -79,6 +79,8 @@ FILTER_DOCS = {
     "not_agent_id": "exclude these agents", "not_indicator": "exclude these indicators",
     "since": "last seen at or after: ISO 8601 or relative (-15m, -24h, -7d)", "until": "last seen at or before",
 }
+assert set(FILTER_DOCS) == set(FILTER_NAMES), "every alert filter is documented"
+FILTER_QUERY = {name: Param.text(text, 4096) for name, text in FILTER_DOCS.items()}
 EXPORT_CAP = 100_000
 EXPORT_COLUMNS = ("id", "first_seen", "last_seen", "severity", "category", "status", "agent_id", "indicator",
                   "confidence", "detection_count", "summary")
@@ -281,27 +283,25 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
         except QueryError as err:
             raise Unprocessable(err.field, err.reason) from err
 
-    def query_filter() -> AlertFilter:
-        return parsed_filter(lambda name: query_str(name, 4096))
-
     @api.route("GET", "/api/v1/alerts", "Alerts matching a filter, one page in the chosen order", tag="detection",
-               query={**FILTER_DOCS, "sort": "-last_seen (default), last_seen, -severity, severity, -first_seen, first_seen",
-                      "cursor": "next_cursor of the previous page", "limit": "1-1000, default 100"}, reply=AlertPage)
-    def list_alerts() -> dict[str, Any]:
-        flt = query_filter()
+               query={**FILTER_QUERY,
+                      "sort": Param.text("-last_seen (default), last_seen, -severity, severity, -first_seen, first_seen", 32),
+                      "cursor": Param.text("next_cursor of the previous page", 1024), "limit": LIMIT}, reply=AlertPage)
+    def list_alerts(query: dict[str, Any]) -> dict[str, Any]:
+        flt = parsed_filter(query.get)
         try:
-            order = parse_order(query_str("sort", 32), query_str("cursor", 1024))
+            order = parse_order(query["sort"], query["cursor"])
         except QueryError as err:
             raise Unprocessable(err.field, err.reason) from err
-        limit = query_int("limit", 100, 1, 1000)
-        items, next_cursor, total = alerts.search(flt, order, limit)
+        items, next_cursor, total = alerts.search(flt, order, query["limit"])
         return {"alerts": [alert_view(a) for a in items], "count": len(items), "total": total, "next_cursor": next_cursor}
 
     @api.route("GET", "/api/v1/alerts/groups", "Matching alerts grouped by category + agent + indicator", tag="detection",
-               query={**FILTER_DOCS, "limit": "groups, 1-1000, default 100"}, reply=AlertGroups)
-    def alert_groups() -> dict[str, Any]:
-        flt = query_filter()
-        limit = query_int("limit", 100, 1, 1000)
+               query={**FILTER_QUERY, "limit": Param.integer("groups, 1-1000, default 100", 100, 1, 1000)},
+               reply=AlertGroups)
+    def alert_groups(query: dict[str, Any]) -> dict[str, Any]:
+        flt = parsed_filter(query.get)
+        limit = query["limit"]
         groups = [{"key": f"{g['category']}|{g['agent_id']}|{g['indicator']}", "category": g["category"],
                    "agent_id": g["agent_id"], "indicator": g["indicator"], "count": g["count"],
                    "first_seen": _iso(g["first_ns"]), "last_seen": _iso(g["last_ns"]),
@@ -310,12 +310,12 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
         return {"groups": groups, "count": len(groups)}
 
     @api.route("GET", "/api/v1/alerts/export", "Every matching alert as a CSV or JSON attachment", tag="detection",
-               query={**FILTER_DOCS, "format": "csv (default) or json"},
+               query={"format": Param.choice("csv (default) or json", ("csv", "json"), "csv"), **FILTER_QUERY},
                reply=Media(("text/csv",), f"a header row ({', '.join(EXPORT_COLUMNS)}), then one row per alert",
                            json=AlertExport))
-    def export_alerts() -> bottle.HTTPResponse:
-        fmt = query_choice("format", {"csv", "json"}) or "csv"
-        items = alerts.matching(query_filter(), EXPORT_CAP)
+    def export_alerts(query: dict[str, Any]) -> bottle.HTTPResponse:
+        fmt = query["format"]
+        items = alerts.matching(parsed_filter(query.get), EXPORT_CAP)
         if fmt == "json":
             body = json.dumps({"alerts": [alert_view(a) for a in items], "count": len(items)})
             ctype = "application/json"

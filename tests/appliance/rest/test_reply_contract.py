@@ -72,6 +72,12 @@ def test_the_openapi_document_validates_and_gives_every_route_its_reply_schema(a
     assert "conditions" in schemas["RuleBody"]["required"]
     assert "fields" in schemas["ErrorReply"]["properties"]
     assert document["paths"]["/api/v1/whitelist"]["post"]["responses"]["201"]
+    # Query parameters are typed from the same Param the route reads them with.
+    flows = {p["name"]: p["schema"] for p in document["paths"]["/api/v1/flows"]["get"]["parameters"]}
+    assert flows["limit"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
+    assert flows["state"] == {"enum": ["active", "finished"]} and flows["agent_id"]["maxLength"] == 64
+    status, body = appliance.rest.get("/api/v1/flows?limit=1001")
+    assert status == 422 and body["field"] == "limit"
 
 
 def test_real_replies_of_every_read_route_hold_to_their_models(appliance) -> None:
