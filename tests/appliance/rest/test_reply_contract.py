@@ -184,3 +184,32 @@ def test_flow_replies_copy_the_record_attributes_of_the_same_name() -> None:
 
 def test_the_table_document_is_the_served_document(appliance) -> None:
     assert appliance.rest.get("/api/v1/openapi.json")[1] == json.loads(json.dumps(build_openapi(appliance.app.api.routes)))
+
+
+HOSTILE_BODIES = [
+    (b"not json", 400),
+    (b"[1, 2]", 422),
+    (b'{"unknown_field_x": 1}', 422),
+    (b'{"a": ' * 3000 + b"1" + b"}" * 3000, 400),  # nesting deeper than the parser goes
+]  # oversized bodies are refused by the HTTP front on their Content-Length (test_server_hardening.py)
+
+
+def test_every_json_body_route_refuses_hostile_bodies_before_its_handler_and_keeps_serving(appliance) -> None:
+    """The framework parses every declared JSON body: each hostile body gets its documented status on every such
+    route, nothing changes (settings, config, rules, exclusions), and the server answers afterwards."""
+    rest = appliance.rest
+    before = {path: rest.get(path)[1] for path in ("/api/v1/settings", "/api/v1/config", "/api/v1/whitelist",
+                                                   "/api/v1/signatures")}
+    routes = [spec for spec in appliance.app.api.routes if isinstance(spec.body, type)]
+    assert len(routes) == 9  # bulk, status, whitelist, signatures (save, validate, toggle), config, settings, tokens
+    for spec in routes:
+        path = re.sub(r"<[^>]+>", "x", spec.path)
+        for raw, expected in HOSTILE_BODIES:
+            status, body = rest.call(spec.method, path, raw=raw)
+            assert status == expected, (spec.method, path, raw[:20], body)
+            assert set(body) >= {"error"}, body
+    after = {path: rest.get(path)[1] for path in before}
+    for state in (before["/api/v1/signatures"], after["/api/v1/signatures"]):
+        state.pop("last_reload_at")
+    assert after == before
+    assert rest.get("/api/status")[0] == 200
