@@ -64,10 +64,15 @@ def build_openapi(routes: list[RouteSpec], title: str = "Sensor appliance API") 
         if spec.body is not None:
             op["requestBody"] = {"required": not spec.body_optional, "content": components.content(spec.body, "validation")}
         assert spec.reply is not None  # Api.add refuses a route without one
-        op["responses"] = {
+        responses: dict[str, Any] = {
             str(spec.status): {"description": "Success", "content": components.content(spec.reply, "serialization")},
-            "default": {"description": "Error (the one error shape)", **error},
         }
+        if not spec.public and spec.auth != "none":
+            responses["401"] = {"description": "Authentication required", **error}
+        if isinstance(spec.body, type) or any(isinstance(p, Param) for p in spec.query.values()):
+            responses["422"] = {"description": "A field or parameter holds a bad value (`field`, `fields` name them)", **error}
+        responses["default"] = {"description": "Error (the one error shape)", **error}
+        op["responses"] = responses
         if not spec.public and spec.auth != "none":
             op["security"] = [{"deployToken" if spec.auth == "deploy" else "adminToken": []}]
         paths.setdefault(path, {})[spec.method.lower()] = op

@@ -71,7 +71,8 @@ def test_the_openapi_document_validates_and_gives_every_route_its_reply_schema(a
     # The rule body is documented from the rule tables, and the error shape carries the structured fields.
     assert "conditions" in schemas["RuleBody"]["required"]
     assert "fields" in schemas["ErrorReply"]["properties"]
-    assert document["paths"]["/api/v1/whitelist"]["post"]["responses"]["201"]
+    assert set(document["paths"]["/api/v1/whitelist"]["post"]["responses"]) == {"201", "401", "422", "default"}
+    assert set(document["paths"]["/api/status"]["get"]["responses"]) == {"200", "default"}
     # Query parameters are typed from the same Param the route reads them with.
     flows = {p["name"]: p["schema"] for p in document["paths"]["/api/v1/flows"]["get"]["parameters"]}
     assert flows["limit"] == {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}
