@@ -308,7 +308,7 @@ def build(settings: Settings) -> Appliance:
     }, derived=[ThroughputMeter(lambda: ingest.packets_received, lambda: ingest.bytes_received,
                                 lambda: alert_store.active).fields])
     history = MetricsHistory(collector, settings.metrics.history_interval)
-    api = Api(admin_token, settings.rest.max_body_bytes)
+    api = Api(admin_token, settings.rest.max_body_bytes, check_replies=settings.rest.check_replies)
     routes_detection.install(api, alerts=alert_store, exclusions=exclusions, signatures=signatures, config=analysis_config)
     routes_settings.install(api, settings=console_settings)
     routes_core.install(

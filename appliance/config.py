@@ -65,6 +65,8 @@ class RestSettings(_Section):
     write_timeout: Annotated[float, Field(gt=0, le=3600)] = 30.0
     max_connections_per_source: Annotated[int, Field(ge=1, le=100_000)] = 64
     max_connections: Annotated[int, Field(ge=1, le=100_000)] = 1024
+    # Hold every reply to its route's declared model (a reply that breaks it answers 500): the tests turn it on.
+    check_replies: bool = False
 
     _listen = field_validator("listen")(_check_listen)
 

@@ -70,11 +70,15 @@ class MetricsHistory:
         self._collector = collector
         self.interval = interval
         self._ring: deque[dict[str, Any]] = deque(maxlen=size)
+        self._take_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def take(self) -> None:
-        self._ring.append(self._collector.snapshot())
+        # Snapshot and append under one lock: two takers (the thread, a caller) would otherwise append
+        # out of timestamp order, and the ring promises oldest first.
+        with self._take_lock:
+            self._ring.append(self._collector.snapshot())
 
     def entries(self) -> list[dict[str, Any]]:
         return list(self._ring)

@@ -59,7 +59,8 @@ def appliance_settings(tmp: Path, **overrides: Any) -> Any:
     """Settings for a test appliance: everything under `tmp`, ports 0, loopback only."""
     data: dict[str, Any] = {
         "grpc": {"listen": "127.0.0.1:0"},
-        "rest": {"listen": "127.0.0.1:0", "threads": 8},
+        # check_replies: every reply a test provokes is held to its route's declared model
+        "rest": {"listen": "127.0.0.1:0", "threads": 8, "check_replies": True},
         "paths": {
             "state_dir": str(tmp / "state"),
             "signatures_dir": str(tmp / "signatures"),

@@ -12,8 +12,10 @@ from appliance.artifacts.store import (
     Staged,
     TooLarge,
 )
+from appliance.artifacts.upload import UploadPart, UploadRefused, publish_upload
 
 __all__ = [
     "CA_FILE",
     "ArtifactError", "ArtifactStore", "BadName", "Staged", "ChecksumMismatch", "Manifest", "ManifestEntry", "NotServable", "TooLarge",
+    "UploadPart", "UploadRefused", "publish_upload",
 ]

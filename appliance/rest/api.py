@@ -1,11 +1,18 @@
 """The REST framework of the appliance: one Bottle app, one route table, one error shape.
 
 Routes are declared with `Api.route(...)`: method, path, summary, whether they are public, and
-the pydantic models of their body and reply. The same table drives authentication, request
-parsing, error rendering and the OpenAPI document, so none of them can drift from the others.
+the pydantic models of their body and reply, their query `Param`s. The same table drives authentication,
+request parsing, error rendering and the OpenAPI document, so none of them can drift from the others.
 
-Errors: every failure answers `{"error": message}` (plus `code` or `field` where one applies)
-with a fitting status. Nothing renders an HTML page or a stack trace.
+Every route declares its reply: a pydantic model for a JSON document, or `Media` for a file, a
+script or a CSV. A JSON body model is parsed by the framework and handed to the handler as `body`.
+Replies are not validated in production (the handlers build them from typed records, and
+validating every flow of a 1000-flow page would cost more than building it); with
+`rest.check_replies` on (the test fixtures turn it on) every reply is held to its declaration and
+one that breaks it is answered as a 500 and logged, so a test that touches the route fails.
+
+Errors: every failure answers `{"error": message}` (plus `code`, `field` and `fields` where they
+apply: `ErrorReply`) with a fitting status. Nothing renders an HTML page or a stack trace.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import bottle
 from pydantic import BaseModel, ValidationError
@@ -40,6 +47,78 @@ _REASONS = {
 }
 
 
+class ErrorReply(BaseModel):
+    """The one error shape: `error` always; `code`, the first bad `field` and every bad field's reason when they apply."""
+
+    error: str
+    code: str | None = None
+    field: str | None = None
+    fields: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Media:
+    """A request or reply body that is not one JSON document: a file, a script, a CSV, a multipart upload.
+
+    `types` are its media types (without parameters); `json` is the model of its application/json
+    variant when it has one (the alert export); `binary` when the bytes are not text.
+    """
+
+    types: tuple[str, ...]
+    description: str
+    json: type[BaseModel] | None = None
+    binary: bool = False
+
+
+Declared = type[BaseModel] | Media
+
+
+@dataclass(frozen=True)
+class Param:
+    """One query parameter, documented from and read with the same declaration (`Api` reads the declared
+    ones before the handler runs and passes them as `query`; a bad value is a 422 naming the parameter).
+
+    A plain string in `RouteSpec.query` documents a parameter the handler reads itself (the enrollment token)."""
+
+    description: str
+    kind: Literal["text", "integer", "choice"] = "text"
+    max_len: int = 256
+    choices: tuple[str, ...] = ()
+    default: int | str | None = None
+    low: int = 0
+    high: int = 0
+
+    @classmethod
+    def text(cls, description: str, max_len: int = 256) -> Param:
+        return cls(description, max_len=max_len)
+
+    @classmethod
+    def integer(cls, description: str, default: int, low: int, high: int) -> Param:
+        return cls(description, "integer", default=default, low=low, high=high)
+
+    @classmethod
+    def choice(cls, description: str, choices: tuple[str, ...], default: str | None = None) -> Param:
+        return cls(description, "choice", choices=choices, default=default)
+
+    def read(self, name: str) -> Any:
+        if self.kind == "integer":
+            assert isinstance(self.default, int)
+            return query_int(name, self.default, self.low, self.high)
+        if self.kind == "choice":
+            return query_choice(name, set(self.choices)) or self.default
+        return query_str(name, self.max_len)
+
+    def schema(self) -> dict[str, Any]:
+        if self.kind == "integer":
+            return {"type": "integer", "minimum": self.low, "maximum": self.high, "default": self.default}
+        if self.kind == "choice":
+            return {"enum": list(self.choices), **({"default": self.default} if self.default is not None else {})}
+        return {"type": "string", "maxLength": self.max_len}
+
+
+LIMIT = Param.integer("1-1000, default 100", 100, 1, 1000)
+
+
 @dataclass(frozen=True)
 class RouteSpec:
     """One REST route as documented and enforced."""
@@ -48,12 +127,54 @@ class RouteSpec:
     path: str  # bottle syntax, e.g. /api/v1/flows/<flow_id>
     summary: str
     handler: Callable[..., Any]
+    reply: Declared | None = None  # required: `Api.add` refuses a route without one
+    status: int = 200  # the success status (201 for a created entry)
     public: bool = False
     tag: str = "appliance"
-    body: type[BaseModel] | None = None
-    reply: type[BaseModel] | None = None
-    query: dict[str, str] = field(default_factory=dict)  # name -> description
+    body: Declared | None = None  # a model is parsed by the framework and passed to the handler as `body`
+    body_optional: bool = False  # no body at all stands for the model's defaults (`curl -X POST`)
+    query: dict[str, Param | str] = field(default_factory=dict)  # name -> Param (read by Api), or a description
     auth: str = "admin"  # admin | deploy | none
+
+
+class ReplyContractError(Exception):
+    """A handler's reply does not match its route's declaration (a bug: answered as 500 in check mode)."""
+
+
+def _media_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def check_json_reply(model: type[BaseModel], body: bytes | str) -> None:
+    """Strict validation plus a round trip: the body must be exactly what the model would produce
+    (a field the model does not declare, a missing one, a wrong type or a null all fail)."""
+    try:
+        parsed = model.model_validate_json(body, strict=True)
+    except ValidationError as err:
+        raise ReplyContractError(f"{model.__name__}: {err}") from None
+    if json.loads(parsed.model_dump_json(by_alias=True)) != json.loads(body):
+        raise ReplyContractError(f"{model.__name__}: the reply differs from the model's own serialisation "
+                                 "(a field the model does not declare?)")
+
+
+def check_reply(spec: RouteSpec, response: bottle.HTTPResponse) -> None:
+    """Hold a success reply to the route's declaration: status, media type and, for JSON, the model."""
+    if response.status_code >= 300:  # errors have their one shape; 304 Not Modified has no body
+        return
+    if response.status_code != spec.status and not (spec.status == 200 and response.status_code == 206):
+        raise ReplyContractError(f"{spec.method} {spec.path}: status {response.status_code}, declared {spec.status}")
+    media = _media_type(response.headers.get("Content-Type", ""))
+    reply = spec.reply
+    if isinstance(reply, Media):
+        if media not in reply.types and not (media == "application/json" and reply.json is not None):
+            raise ReplyContractError(f"{spec.method} {spec.path}: media type {media!r}, declared {reply.types}")
+        if media == "application/json" and reply.json is not None:
+            check_json_reply(reply.json, response.body)
+        return
+    if media != "application/json":
+        raise ReplyContractError(f"{spec.method} {spec.path}: media type {media!r}, declared application/json")
+    assert reply is not None
+    check_json_reply(reply, response.body)
 
 
 def error_body(status: int, message: str, code: str | None = None, field_name: str | None = None,
@@ -92,9 +213,10 @@ def bearer_token() -> str:
 class Api:
     """Owns the Bottle app and the route table; renders every error in the one JSON shape."""
 
-    def __init__(self, admin_token: str, max_body_bytes: int = 1024 * 1024) -> None:
+    def __init__(self, admin_token: str, max_body_bytes: int = 1024 * 1024, check_replies: bool = False) -> None:
         self._admin_token = admin_token
         self.max_body_bytes = max_body_bytes
+        self.check_replies = check_replies
         self.routes: list[RouteSpec] = []
         self.app = bottle.Bottle(catchall=True)
         self.app.config["json.enable"] = False
@@ -110,6 +232,8 @@ class Api:
         return decorate
 
     def add(self, spec: RouteSpec) -> None:
+        if spec.reply is None:
+            raise TypeError(f"{spec.method} {spec.path}: declare its reply (a pydantic model or Media)")
         self.routes.append(spec)
         self.app.route(spec.path, method=spec.method, callback=self._wrap(spec))
 
@@ -127,7 +251,15 @@ class Api:
             try:
                 if not self._authorised(spec):
                     raise ApiError(401, "Authentication required")
-                result = spec.handler(**url_args)
+                if isinstance(spec.body, type):
+                    url_args["body"] = self._parse_body(spec, spec.body)
+                params = {name: p.read(name) for name, p in spec.query.items() if isinstance(p, Param)}
+                if params:
+                    url_args["query"] = params
+                response = self._response(spec, spec.handler(**url_args))
+                if self.check_replies:
+                    check_reply(spec, response)
+                return response
             except ApiError as err:
                 return json_response_error(err)
             except bottle.HTTPResponse:
@@ -135,13 +267,24 @@ class Api:
             except Exception:  # one error shape; the traceback goes to the log only
                 log.exception("unhandled error in %s %s", spec.method, spec.path)
                 return json_response_error(ApiError(500, "Internal server error"))
-            if isinstance(result, bottle.HTTPResponse):
-                return result
-            if isinstance(result, BaseModel):
-                result = result.model_dump(mode="json")
-            return json_response(result)
 
         return callback
+
+    def _parse_body(self, spec: RouteSpec, model: type[M]) -> M:
+        if spec.body_optional:
+            if bottle.request.environ.get("HTTP_TRANSFER_ENCODING"):
+                raise ApiError(411, "Send the body with a Content-Length (chunked bodies are not accepted)")
+            if bottle.request.content_length <= 0:
+                return parse_model(model, {})
+        return read_body(model, self.max_body_bytes)
+
+    @staticmethod
+    def _response(spec: RouteSpec, result: Any) -> bottle.HTTPResponse:
+        if isinstance(result, bottle.HTTPResponse):
+            return result
+        if isinstance(result, BaseModel):
+            result = result.model_dump(mode="json", by_alias=True)
+        return json_response(result, status=spec.status)
 
     def _render_bottle_error(self, res: bottle.HTTPError) -> str:
         """Errors Bottle raises itself (404 no route, 405 wrong method, 500 from catchall)."""

@@ -8,62 +8,71 @@ from typing import Any
 from pydantic import BaseModel
 
 from appliance import __version__
-from appliance.rest.api import RouteSpec
+from appliance.rest.api import Declared, ErrorReply, Media, Param, RouteSpec
 
 _PARAM = re.compile(r"<([a-zA-Z_][a-zA-Z0-9_]*)(?::[^>]*)?>")
-_ERROR_SCHEMA = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {"type": "string"},
-        "code": {"type": "string"},
-        "field": {"type": "string"},
-    },
-}
 
 
-def _schema_ref(model: type[BaseModel], components: dict[str, Any]) -> dict[str, Any]:
-    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-    for name, sub in schema.pop("$defs", {}).items():
-        components[name] = sub
-    components[model.__name__] = schema
-    return {"$ref": f"#/components/schemas/{model.__name__}"}
+class _Components:
+    """The shared schemas: each model once, under its class name, with its nested models beside it."""
+
+    def __init__(self) -> None:
+        self.schemas: dict[str, Any] = {}
+
+    def ref(self, model: type[BaseModel], mode: str) -> dict[str, Any]:
+        schema = model.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}", mode=mode)  # type: ignore[arg-type]
+        for name, sub in schema.pop("$defs", {}).items():
+            self.schemas.setdefault(name, sub)
+        self.schemas.setdefault(model.__name__, schema)
+        return {"$ref": f"#/components/schemas/{model.__name__}"}
+
+    def content(self, declared: Declared, mode: str) -> dict[str, Any]:
+        if not isinstance(declared, Media):
+            return {"application/json": {"schema": self.ref(declared, mode)}}
+        text: dict[str, Any] = {"type": "string", "description": declared.description}
+        out: dict[str, Any] = {}
+        for media in declared.types:
+            out[media] = {"schema": {**text, "contentMediaType": media} if declared.binary else text}
+        if declared.json is not None:
+            out["application/json"] = {"schema": self.ref(declared.json, mode)}
+        return out
+
+
+def operation_id(method: str, path: str) -> str:
+    return f"{method.lower()}_{re.sub(r'[^a-zA-Z0-9]+', '_', path).strip('_')}"
 
 
 def build_openapi(routes: list[RouteSpec], title: str = "Sensor appliance API") -> dict[str, Any]:
-    components: dict[str, Any] = {"Error": _ERROR_SCHEMA}
+    components = _Components()
+    error = {"content": {"application/json": {"schema": components.ref(ErrorReply, "serialization")}}}
     paths: dict[str, Any] = {}
     for spec in routes:
         path = _PARAM.sub(r"{\1}", spec.path)
-        op: dict[str, Any] = {
-            "summary": spec.summary,
-            "tags": [spec.tag],
-            "operationId": f"{spec.method.lower()}_{re.sub(r'[^a-zA-Z0-9]+', '_', path).strip('_')}",
-            "responses": {},
-        }
+        op: dict[str, Any] = {"summary": spec.summary, "tags": [spec.tag], "operationId": operation_id(spec.method, path)}
         params = [
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
             for name in _PARAM.findall(spec.path)
         ]
         params += [
-            {"name": name, "in": "query", "required": False, "description": text, "schema": {"type": "string"}}
-            for name, text in spec.query.items()
+            {"name": name, "in": "query", "required": False, "description": p.description, "schema": p.schema()}
+            if isinstance(p, Param) else
+            {"name": name, "in": "query", "required": False, "description": p, "schema": {"type": "string"}}
+            for name, p in spec.query.items()
         ]
         if params:
             op["parameters"] = params
         if spec.body is not None:
-            op["requestBody"] = {
-                "required": True,
-                "content": {"application/json": {"schema": _schema_ref(spec.body, components)}},
-            }
-        ok: dict[str, Any] = {"description": "Success"}
-        if spec.reply is not None:
-            ok["content"] = {"application/json": {"schema": _schema_ref(spec.reply, components)}}
-        else:
-            ok["content"] = {"application/json": {"schema": {}}}
-        op["responses"]["200"] = ok
-        error = {"description": "Error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
-        op["responses"]["default"] = error
+            op["requestBody"] = {"required": not spec.body_optional, "content": components.content(spec.body, "validation")}
+        assert spec.reply is not None  # Api.add refuses a route without one
+        responses: dict[str, Any] = {
+            str(spec.status): {"description": "Success", "content": components.content(spec.reply, "serialization")},
+        }
+        if not spec.public and spec.auth != "none":
+            responses["401"] = {"description": "Authentication required", **error}
+        if isinstance(spec.body, type) or any(isinstance(p, Param) for p in spec.query.values()):
+            responses["422"] = {"description": "A field or parameter holds a bad value (`field`, `fields` name them)", **error}
+        responses["default"] = {"description": "Error (the one error shape)", **error}
+        op["responses"] = responses
         if not spec.public and spec.auth != "none":
             op["security"] = [{"deployToken" if spec.auth == "deploy" else "adminToken": []}]
         paths.setdefault(path, {})[spec.method.lower()] = op
@@ -72,7 +81,7 @@ def build_openapi(routes: list[RouteSpec], title: str = "Sensor appliance API") 
         "info": {"title": title, "version": __version__},
         "paths": paths,
         "components": {
-            "schemas": components,
+            "schemas": components.schemas,
             "securitySchemes": {
                 "adminToken": {"type": "http", "scheme": "bearer", "description": "SENSOR_ADMIN_TOKEN or <state_dir>/admin.token"},
                 "deployToken": {"type": "http", "scheme": "bearer", "description": "SENSOR_DEPLOY_TOKEN"},

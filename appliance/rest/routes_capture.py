@@ -7,7 +7,7 @@ from appliance.capture.interfaces import InterfaceCatalog
 from appliance.capture.model import CaptureStatus, InterfaceList, StartRequest
 from appliance.capture.supervisor import CaptureSupervisor
 from appliance.errors import ApiError
-from appliance.rest.api import Api, read_body
+from appliance.rest.api import Api
 
 TAG = "capture"
 
@@ -28,10 +28,9 @@ def install(api: Api, *, supervisor: CaptureSupervisor, catalog: InterfaceCatalo
     @api.route("POST", "/api/v1/capture/start", "Start capturing on an interface (422 unknown or down interface, "
                "409 already running); omitted fields take the console settings' capture section",
                tag=TAG, body=StartRequest, reply=CaptureStatus)
-    def start() -> CaptureStatus:
-        request = read_body(StartRequest, api.max_body_bytes)
+    def start(body: StartRequest) -> CaptureStatus:
         try:
-            return supervisor.begin(request)
+            return supervisor.begin(body)
         except UnknownInterface as err:
             raise ApiError(422, str(err), code="UNKNOWN_INTERFACE", field="interface",
                            fields={"interface": str(err)}) from err

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from appliance import __version__
 from appliance.agent_registry import AgentRegistry, AgentState
@@ -16,7 +16,7 @@ from appliance.flows.finished import FinishedFlows
 from appliance.flows.tracker import FlowTracker, community_id
 from appliance.metrics import MetricsCollector, MetricsHistory
 from appliance.model import FlowRecord
-from appliance.rest.api import Api, query_choice, query_int, query_str
+from appliance.rest.api import LIMIT, Api, Param
 
 
 def iso_ns(ns: int) -> str:
@@ -31,6 +31,61 @@ class StatusReply(BaseModel):
     status: str
     version: str
     warnings: list[str]  # e.g. an active blanket exclusion; empty when all is well
+
+
+class MetricsReply(BaseModel):
+    """GET /api/v1/metrics: the collector's sources (appliance/app.py) plus the throughput meter's fields.
+
+    A new counter in the collector is a new line here (the tests hold every reply to this model)."""
+
+    timestamp: float
+    packets_received: int
+    packets_rejected: int
+    events_received: int
+    events_rejected: int
+    events_malformed: int
+    streams_refused_per_agent: int
+    active_flows: int
+    flows_created: int
+    flows_processed: int
+    flows_evicted: int
+    flows_evicted_agent_cap: int
+    flows_refused_bucket: int
+    analysis_queue_depth: int
+    analysis_queue_dropped: int
+    analysis_dropped_by_agent: dict[str, int]
+    analysis_errors: int
+    detections_generated: int
+    detections_suppressed: int
+    alerts_generated: int
+    active_alerts: int
+    signature_rules: int
+    alerts_updated: int
+    agents_online: int
+    rejected_by_reason: dict[str, int]
+    repaired_by_reason: dict[str, int]
+    rest_connections: dict[str, int]  # open_connections and refusals by reason ({} before the server runs)
+    blanket_exclusions: int
+    retention_alerts_deleted: int
+    retention_flows_deleted: int
+    tls_handshakes: int
+    tls_handshakes_incomplete: int
+    tls_handshakes_unreadable: int
+    tls_certificates_unreadable: int
+    export: dict[str, int]  # the alert export's written/dropped/rotations/write_errors/queued ({} when off)
+    # The console's throughput fields (metrics.ThroughputMeter)
+    totalPackets: int
+    totalBytes: int
+    packetsPerSecond: float
+    bytesPerSecond: float
+    activeThreats: int
+    captureUptime: float
+
+
+class MetricsHistoryReply(BaseModel):
+    interval_s: float
+    count: int
+    entries: list[MetricsReply]
 
 
 class FlowCertificate(BaseModel):
@@ -61,20 +116,26 @@ class FlowTls(BaseModel):
 
 
 class FlowReply(BaseModel):
+    """One flow. The fields below the line are copied from the `FlowRecord` attribute of the same name,
+    so a new flow attribute reaches the API with one line here; the ones above are derived in `flow_view`."""
+
     id: str
     community_id: str
-    agent_id: str
-    state: str
-    end_reason: str
-    protocol: int
+    state: Literal["active", "finished"]
     transport: str
     local_ip: str
-    local_port: int
     remote_ip: str
-    remote_port: int
     first_seen: str
     last_seen: str
     duration_s: float
+    dns_queries: list[str]
+    tls: FlowTls | None  # from analysis, or read from the samples of a flow still queued for it
+    # -- copied from FlowRecord --
+    agent_id: str
+    end_reason: str
+    protocol: int
+    local_port: int
+    remote_port: int
     packets_out: int
     packets_in: int
     bytes_out: int
@@ -82,8 +143,11 @@ class FlowReply(BaseModel):
     tcp_flags: int
     pid: int
     process_name: str
-    dns_queries: list[str]
-    tls: FlowTls | None
+
+
+_FLOW_DERIVED = frozenset({"id", "community_id", "state", "transport", "local_ip", "remote_ip", "first_seen",
+                           "last_seen", "duration_s", "dns_queries", "tls"})
+_FLOW_COPIED = tuple(name for name in FlowReply.model_fields if name not in _FLOW_DERIVED)
 
 
 class FlowList(BaseModel):
@@ -113,6 +177,50 @@ class AgentList(BaseModel):
     count: int
 
 
+class ProcessEvent(BaseModel):
+    """A process start or exit an agent streamed (ingest/servicer.py)."""
+
+    model_config = ConfigDict(extra="forbid")  # tells the two event kinds apart
+    kind: Literal["start", "exit"]
+    timestamp_ms: int
+    pid: int
+    ppid: int
+    name: str
+    path: str
+    command_line: str
+    user: str
+    exit_code: int
+
+
+class FileEvent(BaseModel):
+    """A file read, write or rename an agent streamed (ingest/servicer.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["read", "write", "rename"]
+    timestamp_ms: int
+    pid: int
+    process_name: str
+    path: str
+    new_path: str
+    bytes: int
+
+
+class AgentEvents(BaseModel):
+    agent_id: str
+    kind: Literal["processes", "files"]
+    events: list[ProcessEvent | FileEvent]
+    count: int
+
+
+class OpenApiDocument(BaseModel):
+    """The OpenAPI 3.1 document itself (its schema is OpenAPI's own)."""
+
+    openapi: str
+    info: dict[str, Any]
+    paths: dict[str, Any]
+    components: dict[str, Any]
+
+
 def flow_view(flow: FlowRecord, state: str) -> dict[str, Any]:
     queries: list[str] = []
     for message in flow.dns:
@@ -120,31 +228,21 @@ def flow_view(flow: FlowRecord, state: str) -> dict[str, Any]:
             queries.append(message.qname)
             if len(queries) >= 20:
                 break
-    return {
+    view = {name: getattr(flow, name) for name in _FLOW_COPIED}
+    view.update({
         "id": flow.flow_id,
         "community_id": community_id(flow.protocol, flow.local_ip, flow.local_port, flow.remote_ip, flow.remote_port),
-        "agent_id": flow.agent_id,
         "state": state,
-        "end_reason": flow.end_reason,
-        "protocol": flow.protocol,
         "transport": flow.transport.name.lower(),
         "local_ip": flow.local_addr,
-        "local_port": flow.local_port,
         "remote_ip": flow.remote_addr,
-        "remote_port": flow.remote_port,
         "first_seen": iso_ns(flow.first_ns),
         "last_seen": iso_ns(flow.last_ns),
         "duration_s": round(flow.duration_s, 3),
-        "packets_out": flow.packets_out,
-        "packets_in": flow.packets_in,
-        "bytes_out": flow.bytes_out,
-        "bytes_in": flow.bytes_in,
-        "tcp_flags": flow.tcp_flags,
-        "pid": flow.pid,
-        "process_name": flow.process_name,
         "dns_queries": queries,
         "tls": _tls_view(flow),
-    }
+    })
+    return view
 
 
 def _tls_view(flow: FlowRecord) -> dict[str, Any] | None:
@@ -193,24 +291,22 @@ def install(
     def status() -> dict[str, Any]:
         return {"status": "Running", "version": __version__, "warnings": warnings()}
 
-    @api.route("GET", "/api/v1/metrics", "Current counters")
+    @api.route("GET", "/api/v1/metrics", "Current counters", reply=MetricsReply)
     def metrics() -> dict[str, Any]:
         return collector.snapshot()
 
-    @api.route("GET", "/api/v1/metrics/history", "The last 120 metric snapshots, oldest first")
+    @api.route("GET", "/api/v1/metrics/history", "The last 120 metric snapshots, oldest first", reply=MetricsHistoryReply)
     def metrics_history() -> dict[str, Any]:
         entries = history.entries()
         return {"interval_s": history.interval, "count": len(entries), "entries": entries}
 
     @api.route(
         "GET", "/api/v1/flows", "Live and recently finished flows, newest first", reply=FlowList,
-        query={"agent_id": "only this agent's flows", "state": "active or finished (default both)",
-               "limit": "1-1000, default 100"},
+        query={"agent_id": Param.text("only this agent's flows", 64),
+               "state": Param.choice("active or finished (default both)", ("active", "finished")), "limit": LIMIT},
     )
-    def flows() -> dict[str, Any]:
-        agent_id = query_str("agent_id", 64)
-        state = query_choice("state", {"active", "finished"})
-        limit = query_int("limit", 100, 1, 1000)
+    def flows(query: dict[str, Any]) -> dict[str, Any]:
+        agent_id, state, limit = query["agent_id"], query["state"], query["limit"]
         items: list[dict[str, Any]] = []
         if state in (None, "active"):
             items.extend(flow_view(f, "active") for f in tracker.snapshot(agent_id, limit))
@@ -244,16 +340,16 @@ def install(
 
     @api.route(
         "GET", "/api/v1/agents/<agent_id>/events", "Recent process or file events an agent streamed, newest first",
-        query={"kind": "processes (default) or files", "limit": "1-1000, default 100"},
+        query={"kind": Param.choice("processes (default) or files", ("processes", "files"), "processes"), "limit": LIMIT},
+        reply=AgentEvents,
     )
-    def agent_events(agent_id: str) -> dict[str, Any]:
+    def agent_events(agent_id: str, query: dict[str, Any]) -> dict[str, Any]:
         if agents.get(agent_id) is None:
             raise NotFound(f"No agent with id {agent_id[:64]!r}")
-        kind = query_choice("kind", {"processes", "files"}) or "processes"
-        limit = query_int("limit", 100, 1, 1000)
+        kind, limit = query["kind"], query["limit"]
         items = events(agent_id, kind)[-limit:][::-1]
         return {"agent_id": agent_id, "kind": kind, "events": items, "count": len(items)}
 
-    @api.route("GET", "/api/v1/openapi.json", "This API's OpenAPI 3.1 document")
+    @api.route("GET", "/api/v1/openapi.json", "This API's OpenAPI 3.1 document", reply=OpenApiDocument)
     def openapi_document() -> dict[str, Any]:
         return openapi()

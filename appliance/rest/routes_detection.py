@@ -10,7 +10,7 @@ import re
 from typing import Annotated, Any, Literal
 
 import bottle
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from appliance.detection.alert_query import FILTER_NAMES, AlertFilter, QueryError, parse_filter, parse_order
 from appliance.detection.alert import Alert
@@ -20,10 +20,11 @@ from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.exclusions import SCOPES, BlanketExclusion, Exclusion, ExclusionStore
 from appliance.detection.signatures.engine import SignatureEngine
+from appliance.detection.signatures import rules
 from appliance.detection.signatures.rules import Rule, RuleError
 from appliance.errors import ApiError, NotFound, Unprocessable
 from appliance.model import Category, Severity
-from appliance.rest.api import Api, json_response, parse_model, query_choice, query_int, query_str, read_body, read_json
+from appliance.rest.api import LIMIT, Api, Media, Param
 
 
 def _iso(ns: int) -> str:
@@ -81,6 +82,8 @@ FILTER_DOCS = {
     "not_agent_id": "exclude these agents", "not_indicator": "exclude these indicators",
     "since": "last seen at or after: ISO 8601 or relative (-15m, -24h, -7d)", "until": "last seen at or before",
 }
+assert set(FILTER_DOCS) == set(FILTER_NAMES), "every alert filter is documented"
+FILTER_QUERY = {name: Param.text(text, 4096) for name, text in FILTER_DOCS.items()}
 EXPORT_CAP = 100_000
 EXPORT_COLUMNS = ("id", "first_seen", "last_seen", "severity", "category", "status", "agent_id", "indicator",
                   "confidence", "detection_count", "summary")
@@ -114,9 +117,158 @@ class ExclusionBody(BaseModel):
     confirm_blanket: bool = False
 
 
+class RuleBody(RootModel[dict[str, Any]]):
+    """A rule as a JSON object; `parse_rule` validates it (every problem with its file, field and reason)."""
+
+    model_config = ConfigDict(json_schema_extra=lambda schema: schema.update(rules.json_schema()))
+
+
 class ToggleBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     enabled: bool | None = None
+
+
+class DetectionReply(BaseModel):
+    detector: str
+    category: str
+    confidence: float
+    severity: str | None  # None on detections stored before severities were kept per detection
+    evidence: dict[str, Any]
+    flow_ids: list[str]
+    first_seen: str
+    last_seen: str
+
+
+class AlertReply(BaseModel):
+    id: str
+    category: str
+    confidence: float
+    severity: str
+    summary: str
+    status: Status
+    agent_id: str
+    indicator: str
+    first_seen: str
+    last_seen: str
+    detection_count: int
+    detections: list[DetectionReply]
+
+
+class TriageChange(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    at: str
+    actor: str
+    from_: str = Field(alias="from")
+    to: str
+    note: str
+
+
+class AlertDetail(AlertReply):
+    history: list[TriageChange]
+    flows: list[str]  # ids of the flows its detections cite (at most 200)
+
+
+class AlertPage(BaseModel):
+    alerts: list[AlertReply]
+    count: int
+    total: int
+    next_cursor: str | None
+
+
+class AlertExport(BaseModel):
+    alerts: list[AlertReply]
+    count: int
+
+
+class AlertGroup(BaseModel):
+    key: str
+    category: str
+    agent_id: str
+    indicator: str
+    count: int
+    first_seen: str
+    last_seen: str
+    severity: str
+    statuses: dict[str, int]
+    alert_ids: list[str]
+
+
+class AlertGroups(BaseModel):
+    groups: list[AlertGroup]
+    count: int
+
+
+class BulkReply(BaseModel):
+    matched: int
+    changed: int
+    skipped: int  # matched but not allowed to move to the status
+
+
+class Deleted(BaseModel):
+    deleted: str
+
+
+class ExclusionReply(BaseModel):
+    id: str
+    value: str
+    kind: Literal["ip", "cidr", "domain"]
+    protocol: str
+    agent_id: str | None
+    blanket: bool
+    comment: str
+    created_at: str
+
+
+class ExclusionList(BaseModel):
+    entries: list[ExclusionReply]
+    count: int
+    scopes: list[str]
+
+
+class ConditionReply(BaseModel):
+    field: str
+    op: str
+    value: Any
+
+
+class RuleReply(BaseModel):
+    id: str
+    title: str
+    description: str
+    protocol: str
+    category: str
+    severity: str
+    confidence: float
+    enabled: bool
+    conditions: list[ConditionReply]
+
+
+class RuleInFile(RuleReply):
+    file: str  # the rule file under the signatures directory
+
+
+class SignaturesState(BaseModel):
+    rules: list[RuleInFile]
+    loaded: int
+    directory: str
+    last_error: list[str]  # the problems of the last failed reload ("file: field: reason"), [] after a good one
+    reloads: int
+    reload_failures: int
+    last_reload_at: float
+
+
+class SavedRule(BaseModel):
+    rule: RuleInFile
+    loaded: int
+
+
+class ValidRule(BaseModel):
+    valid: bool
+    rule: RuleReply
+
+
+class ToggledRule(BaseModel):
+    rule: RuleInFile
 
 
 def rule_view(rule: Rule) -> dict[str, Any]:
@@ -134,27 +286,25 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
         except QueryError as err:
             raise Unprocessable(err.field, err.reason) from err
 
-    def query_filter() -> AlertFilter:
-        return parsed_filter(lambda name: query_str(name, 4096))
-
     @api.route("GET", "/api/v1/alerts", "Alerts matching a filter, one page in the chosen order", tag="detection",
-               query={**FILTER_DOCS, "sort": "-last_seen (default), last_seen, -severity, severity, -first_seen, first_seen",
-                      "cursor": "next_cursor of the previous page", "limit": "1-1000, default 100"})
-    def list_alerts() -> dict[str, Any]:
-        flt = query_filter()
+               query={**FILTER_QUERY,
+                      "sort": Param.text("-last_seen (default), last_seen, -severity, severity, -first_seen, first_seen", 32),
+                      "cursor": Param.text("next_cursor of the previous page", 1024), "limit": LIMIT}, reply=AlertPage)
+    def list_alerts(query: dict[str, Any]) -> dict[str, Any]:
+        flt = parsed_filter(query.get)
         try:
-            order = parse_order(query_str("sort", 32), query_str("cursor", 1024))
+            order = parse_order(query["sort"], query["cursor"])
         except QueryError as err:
             raise Unprocessable(err.field, err.reason) from err
-        limit = query_int("limit", 100, 1, 1000)
-        items, next_cursor, total = alerts.search(flt, order, limit)
+        items, next_cursor, total = alerts.search(flt, order, query["limit"])
         return {"alerts": [alert_view(a) for a in items], "count": len(items), "total": total, "next_cursor": next_cursor}
 
     @api.route("GET", "/api/v1/alerts/groups", "Matching alerts grouped by category + agent + indicator", tag="detection",
-               query={**FILTER_DOCS, "limit": "groups, 1-1000, default 100"})
-    def alert_groups() -> dict[str, Any]:
-        flt = query_filter()
-        limit = query_int("limit", 100, 1, 1000)
+               query={**FILTER_QUERY, "limit": Param.integer("groups, 1-1000, default 100", 100, 1, 1000)},
+               reply=AlertGroups)
+    def alert_groups(query: dict[str, Any]) -> dict[str, Any]:
+        flt = parsed_filter(query.get)
+        limit = query["limit"]
         groups = [{"key": f"{g['category']}|{g['agent_id']}|{g['indicator']}", "category": g["category"],
                    "agent_id": g["agent_id"], "indicator": g["indicator"], "count": g["count"],
                    "first_seen": _iso(g["first_ns"]), "last_seen": _iso(g["last_ns"]),
@@ -163,10 +313,12 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
         return {"groups": groups, "count": len(groups)}
 
     @api.route("GET", "/api/v1/alerts/export", "Every matching alert as a CSV or JSON attachment", tag="detection",
-               query={**FILTER_DOCS, "format": "csv (default) or json"})
-    def export_alerts() -> bottle.HTTPResponse:
-        fmt = query_choice("format", {"csv", "json"}) or "csv"
-        items = alerts.matching(query_filter(), EXPORT_CAP)
+               query={"format": Param.choice("csv (default) or json", ("csv", "json"), "csv"), **FILTER_QUERY},
+               reply=Media(("text/csv",), f"a header row ({', '.join(EXPORT_COLUMNS)}), then one row per alert",
+                           json=AlertExport))
+    def export_alerts(query: dict[str, Any]) -> bottle.HTTPResponse:
+        fmt = query["format"]
+        items = alerts.matching(parsed_filter(query.get), EXPORT_CAP)
         if fmt == "json":
             body = json.dumps({"alerts": [alert_view(a) for a in items], "count": len(items)})
             ctype = "application/json"
@@ -185,31 +337,31 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
         return response
 
     @api.route("POST", "/api/v1/alerts/bulk", "Move every alert the filter matches (not only a page) to a status",
-               tag="detection", body=BulkBody)
-    def bulk_status() -> dict[str, Any]:
-        body = read_body(BulkBody, api.max_body_bytes)
+               tag="detection", body=BulkBody, reply=BulkReply)
+    def bulk_status(body: BulkBody) -> dict[str, Any]:
         flt = parsed_filter(lambda name: body.filter.get(name))
         if flt.empty and not body.all:
             raise ApiError(422, "filter: empty; send \"all\": true to change every alert", field="filter",
                            fields={"filter": "empty; send all: true to change every alert"})
         return alerts.bulk_status(flt, body.status, actor=console_actor(), note=body.note)
 
-    @api.route("GET", "/api/v1/alerts/<alert_id>", "One alert with its detections, flows and triage history", tag="detection")
+    @api.route("GET", "/api/v1/alerts/<alert_id>", "One alert with its detections, flows and triage history", tag="detection",
+               reply=AlertDetail)
     def get_alert(alert_id: str) -> dict[str, Any]:
         alert = alerts.get(alert_id)
         if alert is None:
             raise NotFound(f"No alert with id {alert_id[:64]!r}")
         return detail_view(alert, alerts.history(alert.id))
 
-    @api.route("DELETE", "/api/v1/alerts/<alert_id>", "Delete an alert", tag="detection")
+    @api.route("DELETE", "/api/v1/alerts/<alert_id>", "Delete an alert", tag="detection", reply=Deleted)
     def delete_alert(alert_id: str) -> dict[str, Any]:
         if not alerts.delete(alert_id):
             raise NotFound(f"No alert with id {alert_id[:64]!r}")
         return {"deleted": alert_id}
 
-    @api.route("POST", "/api/v1/alerts/<alert_id>/status", "Move an alert through triage", tag="detection", body=StatusBody)
-    def alert_status(alert_id: str) -> dict[str, Any]:
-        body = read_body(StatusBody, api.max_body_bytes)
+    @api.route("POST", "/api/v1/alerts/<alert_id>/status", "Move an alert through triage", tag="detection", body=StatusBody,
+               reply=AlertDetail)
+    def alert_status(alert_id: str, body: StatusBody) -> dict[str, Any]:
         try:
             alert = alerts.set_status(alert_id, body.status, actor=console_actor(), note=body.note)
         except InvalidTransition as err:
@@ -218,15 +370,14 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
             raise NotFound(f"No alert with id {alert_id[:64]!r}")
         return detail_view(alert, alerts.history(alert.id))
 
-    @api.route("GET", "/api/v1/whitelist", "Exclusions", tag="detection")
+    @api.route("GET", "/api/v1/whitelist", "Exclusions", tag="detection", reply=ExclusionList)
     def list_exclusions() -> dict[str, Any]:
         items = [exclusion_view(e, exclusions.is_blanket(e)) for e in exclusions.all()]
         return {"entries": items, "count": len(items), "scopes": list(SCOPES)}
 
     @api.route("POST", "/api/v1/whitelist", "Add an exclusion (IP, CIDR or domain; a domain covers its subdomains)",
-               tag="detection", body=ExclusionBody)
-    def add_exclusion() -> bottle.HTTPResponse | dict[str, Any]:
-        body = read_body(ExclusionBody, api.max_body_bytes)
+               tag="detection", body=ExclusionBody, reply=ExclusionReply, status=201)
+    def add_exclusion(body: ExclusionBody) -> dict[str, Any]:
         try:
             entry = exclusions.add(body.value, body.protocol, body.agent_id, body.comment,
                                    confirm_blanket=body.confirm_blanket)
@@ -234,9 +385,9 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
             raise ApiError(422, f"value: {err}", code="BLANKET_EXCLUSION", field="value") from err
         except ValueError as err:
             raise ApiError(422, f"value: {err}", field="value") from err
-        return json_response(exclusion_view(entry, exclusions.is_blanket(entry)), status=201)
+        return exclusion_view(entry, exclusions.is_blanket(entry))
 
-    @api.route("DELETE", "/api/v1/whitelist/<entry_id>", "Remove an exclusion", tag="detection")
+    @api.route("DELETE", "/api/v1/whitelist/<entry_id>", "Remove an exclusion", tag="detection", reply=Deleted)
     def delete_exclusion(entry_id: str) -> dict[str, Any]:
         if not exclusions.delete(entry_id):
             raise NotFound(f"No exclusion with id {entry_id[:64]!r}")
@@ -248,58 +399,60 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
                 "reloads": signatures.reloads, "reload_failures": signatures.reload_failures,
                 "last_reload_at": signatures.last_reload_at}
 
-    @api.route("GET", "/api/v1/signatures", "Loaded rules and the outcome of the last reload", tag="detection")
+    @api.route("GET", "/api/v1/signatures", "Loaded rules and the outcome of the last reload", tag="detection",
+               reply=SignaturesState)
     def list_signatures() -> dict[str, Any]:
         return signatures_state()
 
     def rule_errors(err: RuleError) -> ApiError:
-        return ApiError(422, "; ".join(err.problems), code="INVALID_RULE",
-                        field=err.problems[0].split(": ")[1] if err.problems and err.problems[0].count(": ") >= 2 else None)
+        fields: dict[str, str] = {}
+        for problem in err.problems[:20]:
+            fields.setdefault(problem.field, problem.reason)
+        return ApiError(422, "; ".join(map(str, err.problems)), code="INVALID_RULE",
+                        field=err.problems[0].field if err.problems else None, fields=fields or None)
 
-    @api.route("POST", "/api/v1/signatures", "Create or update a rule (validated, written atomically, reloaded)", tag="detection")
-    def save_signature() -> dict[str, Any]:
-        data = read_json(api.max_body_bytes)
+    @api.route("POST", "/api/v1/signatures", "Create or update a rule (validated, written atomically, reloaded)",
+               tag="detection", body=RuleBody, reply=SavedRule)
+    def save_signature(body: RuleBody) -> dict[str, Any]:
         try:
-            rule = signatures.save(data)
+            rule = signatures.save(body.root)
         except RuleError as err:
             raise rule_errors(err) from err
         return {"rule": rule_view(rule), "loaded": signatures.loaded}
 
-    @api.route("POST", "/api/v1/signatures/validate", "Validate a rule without writing it", tag="detection")
-    def validate_signature() -> dict[str, Any]:
-        data = read_json(api.max_body_bytes)
+    @api.route("POST", "/api/v1/signatures/validate", "Validate a rule without writing it", tag="detection",
+               body=RuleBody, reply=ValidRule)
+    def validate_signature(body: RuleBody) -> dict[str, Any]:
         try:
-            rule = signatures.validate(data)
+            rule = signatures.validate(body.root)
         except RuleError as err:
             raise rule_errors(err) from err
         return {"valid": True, "rule": rule.to_dict()}
 
-    @api.route("POST", "/api/v1/signatures/<rule_id>/toggle", "Enable or disable a rule (persisted in its file)",
-               tag="detection")
-    def toggle_signature(rule_id: str) -> dict[str, Any]:
-        enabled = None
-        if bottle.request.content_length:
-            enabled = parse_model(ToggleBody, read_json(api.max_body_bytes)).enabled
+    @api.route("POST", "/api/v1/signatures/<rule_id>/toggle",
+               "Enable or disable a rule (persisted in its file); without a body, flip it", tag="detection",
+               body=ToggleBody, body_optional=True, reply=ToggledRule)
+    def toggle_signature(rule_id: str, body: ToggleBody) -> dict[str, Any]:
         try:
-            rule = signatures.toggle(rule_id, enabled)
+            rule = signatures.toggle(rule_id, body.enabled)
         except RuleError as err:
             raise rule_errors(err) from err
         if rule is None:
             raise NotFound(f"No rule with id {rule_id[:64]!r}")
         return {"rule": rule_view(rule)}
 
-    @api.route("POST", "/api/v1/signatures/reload", "Reload the signatures directory now", tag="detection")
+    @api.route("POST", "/api/v1/signatures/reload", "Reload the signatures directory now", tag="detection",
+               reply=SignaturesState)
     def reload_signatures() -> dict[str, Any]:
         signatures.reload()
         return signatures_state()
 
-    @api.route("GET", "/api/v1/config", "The analysis config in force", tag="detection")
+    @api.route("GET", "/api/v1/config", "The analysis config in force", tag="detection", reply=AnalysisConfig)
     def get_config() -> dict[str, Any]:
         return config.current.model_dump(mode="json")
 
     @api.route("POST", "/api/v1/config", "Replace the analysis config (validated, persisted, used for the next flows)",
-               tag="detection", body=AnalysisConfig)
-    def set_config() -> dict[str, Any]:
-        new = read_body(AnalysisConfig, api.max_body_bytes)
-        config.replace(new)
-        return new.model_dump(mode="json")
+               tag="detection", body=AnalysisConfig, reply=AnalysisConfig)
+    def set_config(body: AnalysisConfig) -> dict[str, Any]:
+        config.replace(body)
+        return body.model_dump(mode="json")

@@ -13,20 +13,20 @@ import bottle
 from pydantic import BaseModel, ConfigDict, Field
 
 from appliance.artifacts import (
-    CA_FILE,
     ArtifactError,
     ArtifactStore,
-    BadName,
     ChecksumMismatch,
     NotServable,
-    Staged,
     TooLarge,
+    UploadPart,
+    UploadRefused,
+    publish_upload,
 )
-from appliance.artifacts.store import content_type
+from appliance.artifacts.store import CONTENT_TYPES, content_type
 from appliance.enrollment import EnrollmentService, PayloadMissing, TokenRefused, request_host
 from appliance.enrollment.service import iso
 from appliance.errors import ApiError, NotFound, Unprocessable
-from appliance.rest.api import Api, bearer_token, parse_model, read_json, tokens_equal
+from appliance.rest.api import Api, Media, bearer_token, tokens_equal
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,14 @@ class UploadReply(BaseModel):
     count: int
 
 
+SCRIPT = Media(tuple(sorted({t.split(";")[0] for t in _SCRIPT_TYPES.values()})),
+               "the enrollment script: PowerShell on Windows, POSIX sh on Linux and macOS (it carries the agent's key)")
+STATIC_FILE = Media(tuple(sorted({t.split(";")[0] for t in CONTENT_TYPES.values()} | {"application/octet-stream"})),
+                    "the file as stored (executables, driver, CA certificate, manifest.json)", binary=True)
+UPLOAD = Media(("multipart/form-data",), "`file` parts named by their target path; optional `sha256`, `version`, "
+               "or `sha256:<name>`/`version:<name>` per file")
+
+
 def _source() -> str:
     # REMOTE_ADDR, not bottle's remote_addr: that one believes X-Forwarded-For.
     return str(bottle.request.environ.get("REMOTE_ADDR", "?"))
@@ -131,15 +139,10 @@ def install(
     api.extra_auth["deploy"] = deploy_auth(deploy_token)
 
     @api.route("POST", "/api/v1/agent/tokens", "Create a single-use enrollment token and the commands that use it",
-               body=TokenRequest, reply=TokenReply, tag="enrollment")
-    def create_token() -> dict[str, Any]:
-        request = TokenRequest()
+               body=TokenRequest, body_optional=True, reply=TokenReply, tag="enrollment")
+    def create_token(body: TokenRequest) -> dict[str, Any]:
         # The body is optional: `curl -X POST` without data sends none (and no Content-Length).
-        if bottle.request.get_header("Transfer-Encoding"):
-            raise ApiError(411, "Send the body with a Content-Length (chunked bodies are not accepted)")
-        if bottle.request.content_length > 0:
-            request = parse_model(TokenRequest, read_json(api.max_body_bytes))
-        new = enrollment.create_token(request.ttl_hours * 3600 if request.ttl_hours else None, _host())
+        new = enrollment.create_token(body.ttl_hours * 3600 if body.ttl_hours else None, _host())
         return {"token": new.token, "command": new.command, "command_unix": new.command_unix,
                 "expires_at": iso(new.expires_at), "base_url": new.base_url, "warning": new.warning or None}
 
@@ -165,7 +168,7 @@ def install(
 
     for os_kind, label in (("windows", "PowerShell"), ("linux", "POSIX sh"), ("macos", "POSIX sh")):
         api.route("GET", f"/api/v1/enroll/{os_kind}", f"Redeem a token: the {label} enrollment script for {os_kind}",
-                  auth="none", tag="enrollment", query={"token": "the enrollment token (single use)"})(
+                  auth="none", tag="enrollment", query={"token": "the enrollment token (single use)"}, reply=SCRIPT)(
             lambda os_kind=os_kind: enroll(os_kind))
 
     @api.route("GET", "/api/v1/agent/certificates", "Agent certificates: issue, binding and revocation state",
@@ -190,10 +193,8 @@ def install(
             raise NotFound(f"No certificate is bound to agent {agent_id[:64]!r}")
         return {"id": agent_id, "revoked": revoked, "already_revoked": matched - revoked}
 
-    @api.route("POST", ARTIFACTS_PATH,
-               "Push files into /static (multipart: `file` parts named by their target path; optional `sha256`, "
-               "`version`, or `sha256:<name>`/`version:<name>` per file)", auth="deploy", reply=UploadReply,
-               tag="artifacts")
+    @api.route("POST", ARTIFACTS_PATH, "Push files into /static, all or none", auth="deploy", body=UPLOAD,
+               reply=UploadReply, tag="artifacts")
     def upload() -> dict[str, Any]:
         length = bottle.request.content_length
         if length < 0 or "chunked" in bottle.request.environ.get("HTTP_TRANSFER_ENCODING", "").lower():
@@ -209,47 +210,24 @@ def install(
         except ValueError:  # bottle refuses control characters in part headers: a NUL in a file name
             raise ApiError(400, "Malformed multipart body: a part header (a file name) contains a control "
                                 "character such as NUL") from None
-        files = [(key, value) for key, value in form.allitems() if isinstance(value, bottle.FileUpload)]
-        if not files:
-            raise Unprocessable("file", "no file part in the upload")
-        if any(key != "file" for key, _ in files):
-            raise Unprocessable("file", "file parts must be named 'file' (the target path is their filename)")
-        names = [upload.raw_filename for _, upload in files]
-        if CA_FILE in names:
-            raise Unprocessable("file", f"{CA_FILE} is the appliance's own CA certificate")
-        if len(set(names)) != len(names):
-            raise Unprocessable("file", "the same target name appears twice")
+        parts = [UploadPart(key, value.raw_filename, value.file) for key, value in form.allitems()
+                 if isinstance(value, bottle.FileUpload)]
         fields = {key: value for key, value in form.allitems() if isinstance(value, str)}
-        known = {"sha256", "version"} | {f"{k}:{n}" for n in names for k in ("sha256", "version")}
-        unknown = sorted(set(fields) - known)
-        if unknown:
-            raise Unprocessable(unknown[0], "unknown field (sha256:<name> and version:<name> must name an uploaded file)")
-        if len(files) > 1 and "sha256" in fields:
-            raise Unprocessable("sha256", "with several files give sha256:<name> for each")
-        staged: list[Staged] = []
         try:
-            for name, (_, part) in zip(names, files):
-                sha = fields.get(f"sha256:{name}") or (fields.get("sha256") if len(files) == 1 else None)
-                version = fields.get(f"version:{name}", fields.get("version", ""))
-                try:
-                    staged.append(artifacts.stage(name, part.file, sha256=sha, version=version))
-                except BadName as err:
-                    raise Unprocessable("file", f"{name[:80]!r}: {err}") from None
-                except ChecksumMismatch as err:
-                    raise ApiError(422, str(err), field="sha256", code="checksum_mismatch") from None
-                except TooLarge as err:
-                    raise ApiError(413, str(err)) from None
-                except ArtifactError as err:
-                    raise ApiError(422, str(err)) from None
-            entries = artifacts.commit(staged)
-        except BaseException:
-            artifacts.discard(staged)
-            raise
+            entries = publish_upload(artifacts, parts, fields)
+        except UploadRefused as err:
+            raise Unprocessable(err.field, err.reason) from None
+        except ChecksumMismatch as err:
+            raise ApiError(422, str(err), field="sha256", code="checksum_mismatch") from None
+        except TooLarge as err:
+            raise ApiError(413, str(err)) from None
+        except ArtifactError as err:
+            raise ApiError(422, str(err)) from None
         items = [{"name": e.name, "size": e.size, "sha256": e.sha256, "version": e.version} for e in entries]
         return {"files": items, "count": len(items)}
 
     @api.route("GET", "/static/<path:path>", "The agent payload: executables, driver, CA certificate, manifest.json",
-               auth="none", tag="static")
+               auth="none", tag="static", reply=STATIC_FILE)
     def static(path: str) -> bottle.HTTPResponse:
         try:
             real = artifacts.resolve(path)

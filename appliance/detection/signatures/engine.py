@@ -24,7 +24,14 @@ from appliance.detection.detections import Throttle, make_detection, transport_n
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.facts import FlowFacts
 from appliance.detection.signatures.fields import QTYPES, RCODES
-from appliance.detection.signatures.rules import Rule, RuleError, load_directory, parse_rule, safe_load_bounded
+from appliance.detection.signatures.rules import (
+    Rule,
+    RuleError,
+    RuleProblem,
+    load_directory,
+    parse_rule,
+    safe_load_bounded,
+)
 from appliance.model import Detection, FlowRecord, Transport
 
 log = logging.getLogger(__name__)
@@ -92,15 +99,15 @@ class SignatureEngine:
     def loaded(self) -> int:
         return len(self.ruleset.rules)
 
-    def reload(self) -> list[str]:
+    def reload(self) -> list[RuleProblem]:
         """Re-read the directory; the problems (empty on success). A failed reload keeps the old set."""
         rules, errors = load_directory(self.directory)
         self.last_reload_at = time.time()
         if errors:
             self.reload_failures += 1
-            self.last_error = errors
+            self.last_error = [str(p) for p in errors]
             log.warning("signature reload failed, keeping %d rules: %d problems: %s", len(self.ruleset.rules), len(errors),
-                        "; ".join(errors[:10]))
+                        "; ".join(self.last_error[:10]))
             return errors
         self.ruleset = RuleSet.of(rules)
         self.last_error = []
@@ -151,7 +158,7 @@ class SignatureEngine:
     def _write(self, name: str, data: dict[str, Any]) -> None:
         target = (self.directory / name).resolve()
         if target.parent != self.directory.resolve():
-            raise RuleError([f"{name}: id: would be written outside the signatures directory"])
+            raise RuleError([RuleProblem(name, "id", "would be written outside the signatures directory")])
         self.directory.mkdir(parents=True, exist_ok=True)
         text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.directory)

@@ -33,6 +33,7 @@ SUFFIXES = (".yaml", ".yml")
 MAX_RULE_FILE_BYTES = 64 * 1024
 MAX_EXPANDED_NODES = 10_000
 MAX_PROBLEM_CHARS = 300
+MAX_FIELD_CHARS = 80  # a field name in a problem comes from the rule's own (attacker-chosen) keys
 _SHOWN = reprlib.Repr()
 _SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict = 2, 60, 60, 5, 5
 
@@ -42,11 +43,25 @@ def shown(value: Any) -> str:
     return _SHOWN.repr(value)
 
 
-class RuleError(ApplianceError):
-    """One or more rules are invalid; `problems` lists each as "file: field: reason"."""
+@dataclass(frozen=True)
+class RuleProblem:
+    """One problem of one rule: its file, the field (`conditions[0].op`, or `<file>`, `<root>`, `line N`), the reason.
 
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
+    Shown as "file: field: reason", bounded; the REST layer reads the parts, never the text."""
+
+    file: str
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return _cut(f"{self.file}: {self.field}: {self.reason}")
+
+
+class RuleError(ApplianceError):
+    """One or more rules are invalid; `problems` lists each one."""
+
+    def __init__(self, problems: list[RuleProblem]) -> None:
+        super().__init__("; ".join(map(str, problems)))
         self.problems = problems
 
 
@@ -78,14 +93,14 @@ class Rule:
                 "conditions": [{"field": c.field, "op": c.op, "value": c.value} for c in self.conditions]}
 
 
-def parse_rule(data: Any, source: str) -> tuple[Rule | None, list[str]]:
+def parse_rule(data: Any, source: str) -> tuple[Rule | None, list[RuleProblem]]:
     """Validate one rule mapping; the rule, or None and every problem found."""
     if not isinstance(data, dict):
-        return None, [f"{source}: <root>: a rule must be a mapping (got {type(data).__name__})"]
-    errors: list[str] = []
+        return None, [RuleProblem(source, "<root>", f"a rule must be a mapping (got {type(data).__name__})")]
+    errors: list[RuleProblem] = []
 
     def bad(name: str, reason: str) -> None:
-        errors.append(_cut(f"{source}: {name}: {reason}"))
+        errors.append(RuleProblem(source, _cut(name, MAX_FIELD_CHARS), _cut(reason)))
 
     for key in data:
         if key not in KEYS:
@@ -163,8 +178,26 @@ def parse_rule(data: Any, source: str) -> tuple[Rule | None, list[str]]:
                 severity, float(confidence), enabled, tuple(conditions), source), []  # type: ignore[arg-type]
 
 
-def _cut(problem: str) -> str:
-    return problem if len(problem) <= MAX_PROBLEM_CHARS else problem[: MAX_PROBLEM_CHARS - 1] + "…"
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of one rule mapping, from the same tables `parse_rule` checks against (for the API's
+    document; `parse_rule` stays the one validator, with its reasons)."""
+    condition = {"type": "object", "required": list(CONDITION_KEYS), "additionalProperties": False,
+                 "properties": {"field": {"enum": list(FIELDS)}, "op": {"enum": list(OPERATORS)},
+                                "value": {"description": "what the operator compares with (see rules/README.md)"}}}
+    text = {"type": "string", "minLength": 1}
+    return {
+        "type": "object", "required": list(REQUIRED), "additionalProperties": False,
+        "properties": {
+            "id": {"type": "string", "pattern": RULE_ID.pattern}, "title": text, "description": text,
+            "protocol": {"enum": list(PROTOCOLS)}, "category": {"enum": [c.value for c in Category]},
+            "severity": {"enum": [s.label for s in Severity]}, "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+            "enabled": {"type": "boolean", "default": True}, "conditions": {"type": "array", "minItems": 1, "items": condition},
+        },
+    }
+
+
+def _cut(problem: str, limit: int = MAX_PROBLEM_CHARS) -> str:
+    return problem if len(problem) <= limit else problem[: limit - 1] + "…"
 
 
 class _ExpansionTooLarge(Exception):
@@ -213,22 +246,22 @@ def safe_load_bounded(text: str) -> Any:
         loader.dispose()
 
 
-def parse_text(text: str, source: str) -> tuple[Rule | None, list[str]]:
+def parse_text(text: str, source: str) -> tuple[Rule | None, list[RuleProblem]]:
     try:
         data = safe_load_bounded(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "<yaml>"
-        return None, [_cut(f"{source}: {where}: not valid YAML: {getattr(err, 'problem', None) or err}")]
+        return None, [RuleProblem(source, where, _cut(f"not valid YAML: {getattr(err, 'problem', None) or err}"))]
     except ValueError as err:
-        return None, [_cut(f"{source}: <file>: {err}")]
+        return None, [RuleProblem(source, "<file>", _cut(str(err)))]
     return parse_rule(data, source)
 
 
-def load_directory(directory: Path) -> tuple[list[Rule], list[str]]:
+def load_directory(directory: Path) -> tuple[list[Rule], list[RuleProblem]]:
     """Every rule file in `directory` (hidden files skipped); the rules and every problem found."""
     rules: list[Rule] = []
-    errors: list[str] = []
+    errors: list[RuleProblem] = []
     seen: dict[str, str] = {}
     if not directory.is_dir():
         return rules, errors
@@ -237,17 +270,17 @@ def load_directory(directory: Path) -> tuple[list[Rule], list[str]]:
             continue
         try:
             if path.stat().st_size > MAX_RULE_FILE_BYTES:
-                errors.append(_cut(f"{path.name}: <file>: larger than {MAX_RULE_FILE_BYTES} bytes"))
+                errors.append(RuleProblem(path.name, "<file>", f"larger than {MAX_RULE_FILE_BYTES} bytes"))
                 continue
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
-            errors.append(_cut(f"{path.name}: <file>: cannot read: {err}"))
+            errors.append(RuleProblem(path.name, "<file>", _cut(f"cannot read: {err}")))
             continue
         rule, problems = parse_text(text, path.name)
         errors.extend(problems)
         if rule is not None:
             if rule.id in seen:
-                errors.append(f"{path.name}: id: duplicate rule id {rule.id!r} (also in {seen[rule.id]})")
+                errors.append(RuleProblem(path.name, "id", f"duplicate rule id {rule.id!r} (also in {seen[rule.id]})"))
                 continue
             seen[rule.id] = path.name
             rules.append(rule)

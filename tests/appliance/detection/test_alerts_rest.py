@@ -109,7 +109,7 @@ def test_alerts_and_triage_survive_kill_9_and_restart(tmp_path):
         (signatures / rule.name).write_bytes(rule.read_bytes())
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({
-        "grpc": {"listen": "127.0.0.1:0"}, "rest": {"listen": "127.0.0.1:0"},
+        "grpc": {"listen": "127.0.0.1:0"}, "rest": {"listen": "127.0.0.1:0", "check_replies": True},
         "paths": {"state_dir": str(state), "certs_dir": str(certs), "signatures_dir": str(signatures),
                   "static_dir": str(tmp_path / "static")},
         "tls": {"server_names": ["localhost", "127.0.0.1"]},

@@ -39,7 +39,7 @@ def test_every_problem_is_reported_in_one_pass_with_file_field_and_reason():
                           {"field": "bytes_out", "op": "gt", "value": "big"}]}
     rule, errors = parse_rule(bad, "bad.yaml")
     assert rule is None
-    text = "\n".join(errors)
+    text = "\n".join(map(str, errors))
     for fragment in ("bad.yaml: extra: unknown field", "bad.yaml: id:", "bad.yaml: title:", "bad.yaml: description: is required",
                      "bad.yaml: protocol:", "bad.yaml: category:", "bad.yaml: severity:", "bad.yaml: confidence:",
                      "bad.yaml: enabled:", "conditions[1].field: unknown field 'nope'", "conditions[2].op: contains does not apply",
@@ -51,7 +51,7 @@ def test_every_problem_is_reported_in_one_pass_with_file_field_and_reason():
 def test_yaml_is_loaded_safely(tmp_path: Path):
     (tmp_path / "evil.yaml").write_text("!!python/object/apply:os.system ['echo pwned']\n")
     rules, errors = load_directory(tmp_path)
-    assert rules == [] and errors and errors[0].startswith("evil.yaml:")
+    assert rules == [] and errors and errors[0].file == "evil.yaml" and str(errors[0]).startswith("evil.yaml:")
 
 
 def test_rest_lists_validates_creates_and_toggles(detecting):
@@ -138,6 +138,21 @@ def test_every_documented_example_is_a_valid_condition():
         protocol = next(iter(sorted(FIELDS[condition["field"]].protocols)))
         rule, errors = parse_rule({**RULE, "protocol": protocol, "conditions": [condition]}, "example.yaml")
         assert errors == [], (example, errors)
+
+
+def test_rule_problems_carry_file_field_and_reason_and_the_422_lists_them_by_field(appliance):
+    hostile_key = "k" * 5000
+    bad = {**RULE, "confidence": 2, hostile_key: 1, "conditions": [{"field": "http.host", "op": "like", "value": "x"}]}
+    rule, problems = parse_rule(bad, "SIG-TEST-001.yaml")
+    assert rule is None
+    by_field = {p.field: p for p in problems}
+    assert by_field["confidence"].file == "SIG-TEST-001.yaml"
+    assert by_field["confidence"].reason.startswith("must be a number from 0.0 to 1.0")
+    assert by_field["conditions[0].op"].reason.startswith("unknown operator 'like'")
+    assert max(len(p.field) for p in problems) <= 80  # an attacker's key is cut in the problem
+    status, body = appliance.rest.post("/api/v1/signatures/validate", bad)
+    assert status == 422 and body["code"] == "INVALID_RULE" and body["field"] == problems[0].field
+    assert body["fields"] == {p.field: p.reason for p in problems}
 
 
 def test_in_list_names_a_shipped_list_and_refuses_anything_else_over_rest(detecting):

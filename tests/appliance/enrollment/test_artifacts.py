@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import socket
 import ssl
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from appliance.artifacts import ArtifactStore, UploadPart, UploadRefused, publish_upload
 from tests.conftest import RunningAppliance, start_appliance
 
 DEPLOY = "deploy-" + "x" * 32
@@ -165,3 +167,31 @@ def test_upload_needs_multipart_and_a_file(deployable):
     assert status == 422 and body["field"] == "file"
     status, body = upload(deployable, [("x.bin", b"x")], {"sha256": "nothex"})
     assert status == 422
+
+
+@pytest.mark.parametrize("files, fields, field, reason", [
+    ([("ca.pem", b"forged")], {}, "file", "own CA certificate"),
+    ([("a.bin", b"1"), ("a.bin", b"2")], {}, "file", "appears twice"),
+    ([("a.bin", b"1")], {"sha256:b.bin": "0" * 64}, "sha256:b.bin", "must name an uploaded file"),
+    ([("a.bin", b"1"), ("b.bin", b"2")], {"sha256": "0" * 64}, "sha256", "sha256:<name> for each"),
+])
+def test_upload_form_rules_answer_422_naming_the_field_and_store_nothing(deployable, files, fields, field, reason):
+    ca_before = (deployable.tmp / "static" / "ca.pem").read_bytes()
+    status, body = upload(deployable, files, fields)
+    assert status == 422 and body["field"] == field and reason in body["error"], body
+    assert not (deployable.tmp / "static" / "a.bin").exists() and leftovers(deployable) == []
+    assert (deployable.tmp / "static" / "ca.pem").read_bytes() == ca_before
+
+
+def test_the_upload_rules_live_with_the_store_not_the_route(tmp_path):
+    """publish_upload is the whole upload (form rules, staging, one commit) without HTTP: a part under another
+    form name is refused before anything is staged; a good pair lands together in the manifest."""
+    store = ArtifactStore(tmp_path / "static", 1024)
+    with pytest.raises(UploadRefused) as refused:
+        publish_upload(store, [UploadPart("upload", "a.bin", io.BytesIO(b"1"))], {})
+    assert refused.value.field == "file" and list((tmp_path / "static").rglob("*")) == []
+    parts = [UploadPart("file", "a.bin", io.BytesIO(b"1")), UploadPart("file", "d/b.bin", io.BytesIO(b"22"))]
+    sha = hashlib.sha256(b"22").hexdigest()
+    entries = publish_upload(store, parts, {"sha256:d/b.bin": sha, "version": "1.2.3"})
+    assert {(e.name, e.size, e.version) for e in entries} == {("a.bin", 1, "1.2.3"), ("d/b.bin", 2, "1.2.3")}
+    assert {f["name"] for f in json.loads((tmp_path / "static" / "manifest.json").read_text())["files"]} >= {"a.bin", "d/b.bin"}
