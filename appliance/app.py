@@ -47,6 +47,7 @@ from appliance.detection.exclusions import ExclusionStore
 from appliance.detection.facts import FlowFacts
 from appliance.detection.resolutions import ResolverCache
 from appliance.detection.signatures.engine import SignatureEngine
+from appliance.detection.signatures.rule_files import RuleFiles
 from appliance.detection.signatures.watcher import SignatureWatcher
 from appliance.pki import CertificateAuthority, default_server_names
 from appliance.rest import routes_core, routes_detection
@@ -309,7 +310,8 @@ def build(settings: Settings) -> Appliance:
                                 lambda: alert_store.active).fields])
     history = MetricsHistory(collector, settings.metrics.history_interval)
     api = Api(admin_token, settings.rest.max_body_bytes, check_replies=settings.rest.check_replies)
-    routes_detection.install(api, alerts=alert_store, exclusions=exclusions, signatures=signatures, config=analysis_config)
+    routes_detection.install(api, alerts=alert_store, exclusions=exclusions, signatures=signatures,
+                             rule_files=RuleFiles(signatures), config=analysis_config)
     routes_settings.install(api, settings=console_settings)
     routes_core.install(
         api, collector=collector, history=history, tracker=tracker, finished=finished, agents=agents,

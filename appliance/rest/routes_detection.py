@@ -20,6 +20,7 @@ from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.exclusions import SCOPES, BlanketExclusion, Exclusion, ExclusionStore
 from appliance.detection.signatures.engine import SignatureEngine
+from appliance.detection.signatures.rule_files import RuleFiles
 from appliance.detection.signatures import rules
 from appliance.detection.signatures.rules import Rule, RuleError
 from appliance.errors import ApiError, NotFound, Unprocessable
@@ -275,7 +276,7 @@ def rule_view(rule: Rule) -> dict[str, Any]:
     return {**rule.to_dict(), "file": rule.source}
 
 
-def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatures: SignatureEngine,
+def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatures: SignatureEngine, rule_files: RuleFiles,
             config: AnalysisConfigHolder) -> None:
     """Declare the detection routes on `api`."""
     severities = {s.label for s in Severity}
@@ -415,7 +416,7 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
                tag="detection", body=RuleBody, reply=SavedRule)
     def save_signature(body: RuleBody) -> dict[str, Any]:
         try:
-            rule = signatures.save(body.root)
+            rule = rule_files.save(body.root)
         except RuleError as err:
             raise rule_errors(err) from err
         return {"rule": rule_view(rule), "loaded": signatures.loaded}
@@ -424,7 +425,7 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
                body=RuleBody, reply=ValidRule)
     def validate_signature(body: RuleBody) -> dict[str, Any]:
         try:
-            rule = signatures.validate(body.root)
+            rule = rule_files.validate(body.root)
         except RuleError as err:
             raise rule_errors(err) from err
         return {"valid": True, "rule": rule.to_dict()}
@@ -434,7 +435,7 @@ def install(api: Api, *, alerts: AlertStore, exclusions: ExclusionStore, signatu
                body=ToggleBody, body_optional=True, reply=ToggledRule)
     def toggle_signature(rule_id: str, body: ToggleBody) -> dict[str, Any]:
         try:
-            rule = signatures.toggle(rule_id, body.enabled)
+            rule = rule_files.toggle(rule_id, body.enabled)
         except RuleError as err:
             raise rule_errors(err) from err
         if rule is None:

@@ -1,4 +1,4 @@
-"""SignatureEngine: the signatures layer, its rule set (swapped atomically) and the rule files.
+"""SignatureEngine: the signatures layer and its rule set (swapped atomically); rule_files.py writes the files.
 
 A reload parses the whole directory; if any file is invalid the previous set keeps running and
 `last_error` says why. A good reload replaces the set in one assignment, so `analyze` always sees
@@ -8,30 +8,18 @@ a whole set, never half of one.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
 from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.detections import Throttle, make_detection, transport_name
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.facts import FlowFacts
 from appliance.detection.signatures.fields import QTYPES, RCODES
-from appliance.detection.signatures.rules import (
-    Rule,
-    RuleError,
-    RuleProblem,
-    load_directory,
-    parse_rule,
-    safe_load_bounded,
-)
+from appliance.detection.signatures.rules import Rule, RuleProblem, load_directory
 from appliance.model import Detection, FlowRecord, Transport
 
 log = logging.getLogger(__name__)
@@ -77,7 +65,7 @@ class RuleSet:
 
 
 class SignatureEngine:
-    """The signatures layer and the owner of the signatures directory."""
+    """The signatures layer: the rule set read from the signatures directory, and its matching."""
 
     name = "signatures"
 
@@ -91,7 +79,6 @@ class SignatureEngine:
         self.last_reload_at = 0.0
         self.reloads = 0
         self.reload_failures = 0
-        self._write_lock = threading.Lock()
         self._throttle = Throttle()
 
     # -- rule set -------------------------------------------------------------------------------
@@ -118,59 +105,6 @@ class SignatureEngine:
 
     def get(self, rule_id: str) -> Rule | None:
         return next((r for r in self.ruleset.rules if r.id == rule_id), None)
-
-    # -- rule files -----------------------------------------------------------------------------
-    def validate(self, data: Any) -> Rule:
-        """Validate one rule mapping against the schema and the other loaded rules; RuleError when invalid."""
-        source = f"{data.get('id', '<rule>')}.yaml" if isinstance(data, dict) else "<rule>"
-        rule, problems = parse_rule(data, source)
-        if rule is None:
-            raise RuleError(problems)
-        return rule
-
-    def save(self, data: Any) -> Rule:
-        """Validate, write atomically (create or update), reload. Nothing is written when invalid."""
-        rule = self.validate(data)
-        with self._write_lock:
-            existing = self.get(rule.id)
-            name = existing.source if existing is not None else f"{rule.id}.yaml"
-            self._write(name, rule.to_dict())
-            problems = self.reload()
-        if problems:
-            raise RuleError(problems)
-        return self.get(rule.id) or rule
-
-    def toggle(self, rule_id: str, enabled: bool | None = None) -> Rule | None:
-        """Flip (or set) `enabled` in the rule's file and reload; None when no such rule."""
-        with self._write_lock:
-            rule = self.get(rule_id)
-            if rule is None:
-                return None
-            path = self.directory / rule.source
-            data = safe_load_bounded(path.read_text(encoding="utf-8"))
-            data["enabled"] = (not rule.enabled) if enabled is None else enabled
-            self._write(rule.source, data)
-            problems = self.reload()
-        if problems:
-            raise RuleError(problems)
-        return self.get(rule_id)
-
-    def _write(self, name: str, data: dict[str, Any]) -> None:
-        target = (self.directory / name).resolve()
-        if target.parent != self.directory.resolve():
-            raise RuleError([RuleProblem(name, "id", "would be written outside the signatures directory")])
-        self.directory.mkdir(parents=True, exist_ok=True)
-        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
 
     # -- analysis -------------------------------------------------------------------------------
     def analyze(self, flow: FlowRecord) -> list[Detection]:
