@@ -88,8 +88,24 @@ class IcmpInfo:
     data: bytes  # everything after the 4-byte ICMP header (identifier/sequence included for echo)
 
 
+class _Addresses:
+    """Dotted addresses of the `local_ip`/`remote_ip` integers (no instance dict: the dataclasses use slots)."""
+
+    __slots__ = ()
+    local_ip: int
+    remote_ip: int
+
+    @property
+    def local_addr(self) -> str:
+        return ip_str(self.local_ip)
+
+    @property
+    def remote_addr(self) -> str:
+        return ip_str(self.remote_ip)
+
+
 @dataclass(slots=True)
-class Packet:
+class Packet(_Addresses):
     """One packet's metadata after conversion from the wire contract."""
 
     timestamp_ns: int
@@ -108,17 +124,9 @@ class Packet:
     dns: DnsMessage | None = None
     icmp: IcmpInfo | None = None
 
-    @property
-    def local_addr(self) -> str:
-        return ip_str(self.local_ip)
-
-    @property
-    def remote_addr(self) -> str:
-        return ip_str(self.remote_ip)
-
 
 @dataclass(slots=True)
-class FlowRecord:
+class FlowRecord(_Addresses):
     """A finished (expired, closed, flushed or evicted) flow handed to analysis.
 
     "out" is from the agent towards the remote side, "in" the reverse. `samples` keeps the first
@@ -152,14 +160,6 @@ class FlowRecord:
     # finished flows stay in memory, and thousands of small tracked objects would make every full
     # garbage collection slower.
     tls: dict[str, Any] | None = None
-
-    @property
-    def local_addr(self) -> str:
-        return ip_str(self.local_ip)
-
-    @property
-    def remote_addr(self) -> str:
-        return ip_str(self.remote_ip)
 
     @property
     def duration_s(self) -> float:

@@ -46,17 +46,6 @@ class MessageOut(OutSchema):
     created_at: str
 
 
-class ThreadOut(OutSchema):
-    id: str
-    guest_user_id: str
-    subject: str
-    handled_by: Literal["ai", "staff"]
-    staff_id: str | None
-    created_at: str
-    updated_at: str
-    messages: list[MessageOut]
-
-
 class ThreadSummary(OutSchema):
     id: str
     guest_user_id: str
@@ -65,6 +54,10 @@ class ThreadSummary(OutSchema):
     staff_id: str | None
     created_at: str
     updated_at: str
+
+
+class ThreadOut(ThreadSummary):
+    messages: list[MessageOut]
 
 
 class ThreadList(OutSchema):

@@ -5,18 +5,10 @@ from __future__ import annotations
 import struct
 
 from agents.model import ip_int
+from tests.agents.lab_traffic import checksum  # the lab script is standard library only: the one copy lives there
 
 ETH_SRC = bytes.fromhex("020000000001")
 ETH_DST = bytes.fromhex("020000000002")
-
-
-def checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
 
 
 def ipv4(src: str, dst: str, proto: int, body: bytes, *, frag: int = 0, ident: int = 1) -> bytes:
