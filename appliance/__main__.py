@@ -71,7 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, _frame: requested.append(signum))
     signal.signal(signal.SIGINT, lambda signum, _frame: requested.append(signum))
     _notify("READY=1")
+    # Under WatchdogSec= systemd sets WATCHDOG_USEC and restarts us if no ping comes within it: ping at half.
+    watchdog_every = int(os.environ.get("WATCHDOG_USEC", "0") or 0) / 2e6
+    next_ping = time.monotonic()
     while not requested:
+        if watchdog_every and time.monotonic() >= next_ping:
+            _notify("WATCHDOG=1")
+            next_ping = time.monotonic() + watchdog_every
         time.sleep(0.2)
     logging.getLogger("appliance").info("signal %d: shutting down", requested[0])
     _notify("STOPPING=1")
