@@ -15,7 +15,10 @@ NATIVE := appliance/native/.built
 # Running: systemd-python builds against libsystemd; the C fast path compiles at install (gcc); binutils for PyInstaller.
 RUN_APT_PACKAGES := pkg-config libsystemd-dev gcc binutils
 # Testing: network namespaces, the lab's resolver and real tunneling tools, script linting, unit verification.
-TEST_APT_PACKAGES := iproute2 curl shellcheck systemd dnsmasq-base iodine ptunnel-ng
+# The console's browser tests drive Debian's chromium (never a downloaded browser).
+TEST_APT_PACKAGES := iproute2 curl shellcheck systemd dnsmasq-base iodine ptunnel-ng openssl chromium
+# DGA evaluation and word model: the SCOWL English word list (dictionary DGA word lists, `dga_words build`).
+TEST_APT_PACKAGES += wamerican
 CONFIG ?=
 PYTEST_ARGS ?=
 # `make test FAST=1` skips the slow end-to-end tests (CI runs them all).
@@ -73,17 +76,38 @@ $(AGENTS_GEN): proto/sensor.proto $(STAMP)
 agents-gen: $(AGENTS_GEN)
 
 # The one-file Linux agent, where /static serves it and enrollment looks for it: agents/<os>-<arch>/sensor-agent.
+# Built once with PyInstaller into build/ (the cache) and rebuilt only when the agent's sources change.
 AGENT_ARCH := $(subst x86_64,amd64,$(subst aarch64,arm64,$(shell uname -m)))
 AGENT_BIN := var/static/agents/linux-$(AGENT_ARCH)/sensor-agent
-agents: $(AGENTS_GEN)
-	@mkdir -p $(dir $(AGENT_BIN)) build/pyinstaller
+AGENT_BUILT := build/pyinstaller/dist/sensor-agent
+AGENT_SOURCES := $(shell find agents -name '*.py' -not -path 'agents/generated/*' 2>/dev/null) $(wildcard packaging/pyinstaller/*)
+$(AGENT_BUILT): $(AGENT_SOURCES) $(AGENTS_GEN)
+	@mkdir -p build/pyinstaller
+	@echo "building the Linux agent with PyInstaller (once, about a minute; cached in $@ until agents/ changes)..."
+	@start=$$(date +%s); \
 	$(PY) -m PyInstaller --noconfirm --log-level WARN --distpath build/pyinstaller/dist \
-	  --workpath build/pyinstaller/work packaging/pyinstaller/sensor-agent-linux.spec
-	install -m 0755 build/pyinstaller/dist/sensor-agent $(AGENT_BIN)
-	@echo "built $(AGENT_BIN)"
+	  --workpath build/pyinstaller/work packaging/pyinstaller/sensor-agent-linux.spec \
+	  && echo "built the Linux agent in $$(( $$(date +%s) - start )) s"
 
-run: $(GEN)
-	$(PY) -m appliance $(if $(CONFIG),--config $(CONFIG))
+$(AGENT_BIN): $(AGENT_BUILT)
+	@mkdir -p $(dir $@)
+	install -m 0755 $< $@
+
+agents: $(AGENT_BIN)
+
+# `make run` serves the Linux agent from the configured /static (paths.static_dir), so that a pasted
+# enrollment command works out of the box; Windows and macOS agents are pushed (README).
+# Then the appliance and the analyst console (appliance.dashboard, port 3000) together; Ctrl-C or either one
+# ending stops both.
+run: $(GEN) $(AGENT_BUILT)
+	@static=$$($(PY) -m appliance --print-static-dir $(if $(CONFIG),--config $(CONFIG))) || exit 2; \
+	dest="$$static/agents/linux-$(AGENT_ARCH)/sensor-agent"; \
+	if ! cmp -s $(AGENT_BUILT) "$$dest"; then mkdir -p "$$(dirname "$$dest")" && install -m 0755 $(AGENT_BUILT) "$$dest" \
+	  && echo "the Linux agent is served from $$dest"; fi
+	@trap 'kill -TERM $$pids 2>/dev/null; wait' INT TERM EXIT; \
+	$(PY) -m appliance $(if $(CONFIG),--config $(CONFIG)) & pids=$$!; \
+	$(PY) -m appliance.dashboard $(if $(CONFIG),--config $(CONFIG)) --wait 60 & pids="$$pids $$!"; \
+	wait -n
 
 test: $(GEN) $(AGENTS_GEN) | sysdeps-test
 	$(PY) -m pytest -q tests $(PYTEST_ARGS)
@@ -95,3 +119,14 @@ clean:
 	rm -rf $(VENV) appliance/generated agents/generated var .pytest_cache $(NATIVE) appliance/native/*.so
 
 -include concierge/concierge.mk
+
+# -- DGA detection (issue 16) -------------------------------------------------------------------
+.PHONY: eval-dga dga-models
+# Per-family detection share and benign false-positive rate through the real analysis pipeline.
+eval-dga: $(GEN) | sysdeps-test
+	$(PY) -m tools.dga_eval
+# Rebuilds the shipped name models from the word lists that packages ship (offline).
+dga-models: $(STAMP) | sysdeps-test
+	$(PY) -m appliance.detection.dpi.dga build /usr/share/dict/american-english
+	$(PY) -m appliance.detection.dpi.dga_words build /usr/share/dict/american-english
+-include console/console.mk

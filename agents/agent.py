@@ -64,25 +64,36 @@ class Agent:
     stop: threading.Event = field(default_factory=threading.Event)
 
     def replay(self) -> dict[str, object]:
-        """Decode a capture file with its original timestamps and send every packet; a summary."""
+        """Decode a capture file with its original timestamps and send every packet; a summary.
+
+        `complete` is true only when every packet went out and the appliance acknowledged the stream;
+        on a failure the summary carries `failure` (the gRPC status) and `advice` (what to do).
+        """
         assert self.options.pcap is not None
         frames = 0
         submit = self.sink.submit
         decode = self.decoder.decode
-        if self.packets is not None:
-            self.packets.start()
+        packets = self.packets
+        if packets is not None:
+            packets.start()
         for frame in read_capture(self.options.pcap):
+            if packets is not None and packets.stopped:
+                break  # the stream failed: the rest of the file would go nowhere
             frames += 1
             packet = decode(frame.linktype, frame.data, frame.timestamp_ns)
             if packet is not None:
                 submit(packet, True)
         summary: dict[str, object] = {"file": str(self.options.pcap), "frames": frames, **self.decoder.stats.as_dict()}
-        if self.packets is not None:
-            summary["complete"] = self.packets.close(timeout=60.0)
-            summary.update(self.packets.stats())
-            if self.packets.last_reply is not None:
-                received, rejected, agent_id = self.packets.last_reply
+        if packets is not None:
+            closed = packets.close(timeout=60.0)
+            summary["complete"] = closed and packets.failure is None and packets.last_reply is not None
+            summary.update(packets.stats())
+            if packets.last_reply is not None:
+                received, rejected, agent_id = packets.last_reply
                 summary.update(appliance_received=received, appliance_rejected=rejected, agent_id=agent_id)
+            if packets.failure is not None:
+                summary.update(failure=packets.failure.code, detail=packets.failure.detail,
+                               advice=packets.failure.sentence(self.config.target))
         return summary
 
     def run(self) -> None:
@@ -191,8 +202,10 @@ def build(config: AgentConfig, options: RunOptions, out: TextIO = sys.stdout) ->
         from agents.attribution import SocketOwners
 
         enrich = SocketOwners().enrich
+    # A replay is one-shot: it stops at the first failure so the command can say so and exit non-zero.
     packets: StreamClient[CapturedPacket] = StreamClient(
-        "packets", connection, identity, _rpc_batches, wire.packet_batch, tuning, enrich=enrich)  # type: ignore[arg-type]
+        "packets", connection, identity, _rpc_batches, wire.packet_batch, tuning, enrich=enrich,  # type: ignore[arg-type]
+        fail_fast=options.pcap is not None)
     processes = None
     if options.pcap is None and config.processes and sys.platform.startswith("linux"):
         processes = StreamClient(

@@ -17,8 +17,15 @@ from agents import __version__
 from agents.agent import RunOptions, build
 from agents.config import DEFAULT_CONFIG_PATHS, load_config
 from agents.errors import AgentError
+from agents.stream import StreamFailure
 
 log = logging.getLogger("agents")
+
+# Exit codes (docs/agents.md): scripts and service managers can tell a refusal from a typo.
+EXIT_OK = 0
+EXIT_INCOMPLETE = 1      # a replay did not deliver every packet (stream error, appliance unreachable)
+EXIT_CONFIG = 2          # bad flag or configuration, unreadable file
+EXIT_REFUSED = 3         # the appliance refused this agent for good (revoked or rebound certificate)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -96,7 +103,7 @@ def main(argv: list[str]) -> int:
             summary = agent.replay()
             # The summary goes to stdout when sending, to stderr under --dry-run (stdout holds the packets).
             print(json.dumps(summary, sort_keys=True), file=sys.stderr if options.dry_run else sys.stdout)
-            return 0 if summary.get("complete", True) else 1
+            return _replay_outcome(summary, agent.packets.failure if agent.packets else None)
         requested: list[int] = []
         for signum in (signal.SIGINT, signal.SIGTERM):
             # Only append: a handler that took a lock (Event.set does) deadlocks when a second signal
@@ -106,7 +113,20 @@ def main(argv: list[str]) -> int:
         return _supervise(agent.run, agent.stop, requested)
     except AgentError as err:
         print(f"sensor-agent: {err}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
+
+
+def _replay_outcome(summary: dict[str, object], failure: StreamFailure | None) -> int:
+    """The exit code of a replay, with one sentence on stderr whenever it did not do its job."""
+    if summary.get("complete", True):
+        return EXIT_OK
+    if failure is not None:
+        print(f"sensor-agent: the import failed: {summary['advice']}", file=sys.stderr)
+        return EXIT_REFUSED if failure.permanent else EXIT_INCOMPLETE
+    print(f"sensor-agent: the import is incomplete: {summary.get('queued', 0)} packets were still queued when the "
+          "60 s to finish ran out; the appliance is overloaded or the network too slow. Run the replay again.",
+          file=sys.stderr)
+    return EXIT_INCOMPLETE
 
 
 # How long the capture may take to wind down after a stop request (its own flushes are bounded

@@ -6,6 +6,11 @@ appliance goes away reconnects with exponential backoff and jitter. While it is 
 keeps the newest `queue_size` items: the oldest are dropped and counted, and the count is reported
 on the next stream (metadata `x-agent-dropped`, and a log line). Delivery is at most once: items
 handed to a stream that then breaks are lost with it.
+
+Every failure is classified (`StreamFailure`): a permanent refusal (the appliance said no to this
+certificate or this agent) is logged at ERROR with what to do and retried only every
+`refused_backoff` seconds; a one-shot client (`fail_fast`, the replay of a capture file) stops at
+the first failure, so its caller can exit non-zero with the same sentence.
 """
 
 from __future__ import annotations
@@ -58,6 +63,57 @@ class Connection:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamFailure:
+    """Why a stream did not deliver: the gRPC status (or UNREACHABLE), the appliance's words, what to do."""
+
+    code: str
+    detail: str
+    permanent: bool
+    advice: str
+
+    def sentence(self, target: str) -> str:
+        detail = f": {self.detail}" if self.detail else ""
+        return f"the appliance at {target} answered {self.code}{detail}. {self.advice}"
+
+
+_REENROLL = ("Re-run enrollment on this machine (create a token with POST /api/v1/agent/tokens and paste "
+             "the command it returns); that issues a certificate bound to this machine.")
+# gRPC status -> (permanent, what the admin does). A permanent refusal will not heal by retrying.
+_FAILURES: dict[grpc.StatusCode, tuple[bool, str]] = {
+    grpc.StatusCode.PERMISSION_DENIED: (True, "The appliance refuses this agent's certificate (revoked, or bound "
+                                              "to another machine). " + _REENROLL),
+    grpc.StatusCode.UNAUTHENTICATED: (True, "The appliance does not accept this agent's identity. " + _REENROLL),
+    grpc.StatusCode.UNIMPLEMENTED: (True, "The appliance does not know this stream: install an agent built for "
+                                          "its version (from its /static payload)."),
+    grpc.StatusCode.INVALID_ARGUMENT: (True, "The appliance rejected what the agent sent: install an agent built "
+                                             "for its version (from its /static payload)."),
+    grpc.StatusCode.FAILED_PRECONDITION: (True, "The appliance is not ready for this agent; see its log."),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: (False, "The appliance is at its limit of concurrent streams "
+                                                "(grpc.max_streams): retry later or raise the limit."),
+    grpc.StatusCode.UNAVAILABLE: (False, "The appliance went away or the connection broke: check that it runs "
+                                         "and that the network lets the gRPC port through."),
+}
+_OTHER = (False, "The stream broke; see the appliance's log for the reason.")
+
+
+def classify(err: grpc.RpcError) -> StreamFailure:
+    """The failure a gRPC error stands for (status code, the appliance's detail, advice)."""
+    code = err.code() if hasattr(err, "code") else grpc.StatusCode.UNKNOWN
+    detail = err.details() if hasattr(err, "details") else str(err)
+    permanent, advice = _FAILURES.get(code, _OTHER)
+    return StreamFailure(code.name if isinstance(code, grpc.StatusCode) else str(code), detail or "", permanent,
+                         advice)
+
+
+def unreachable(connection: Connection) -> StreamFailure:
+    return StreamFailure(
+        "UNREACHABLE", f"no connection within {connection.connect_timeout:.0f} s", False,
+        "Check the address and port (`target`, gRPC, default 50051), that the appliance runs and that a firewall "
+        "lets the port through. A TLS handshake the appliance refuses ends here too (a certificate from another "
+        "appliance, or an appliance re-installed with a new CA); if the appliance runs and is reachable: " + _REENROLL)
+
+
+@dataclass(frozen=True, slots=True)
 class StreamTuning:
     """Batching, buffering and retry knobs of one stream."""
 
@@ -66,6 +122,9 @@ class StreamTuning:
     queue_size: int = 50_000
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
+    # After a permanent refusal (revoked or rebound certificate) an agent only retries this rarely:
+    # it heals once the admin re-enrolls, without flooding the appliance's log meanwhile.
+    refused_backoff: float = 300.0
 
 
 class StreamClient(Generic[T]):
@@ -82,7 +141,10 @@ class StreamClient(Generic[T]):
         *,
         enrich: Callable[[Sequence[T]], None] | None = None,
         jitter: Callable[[], float] = random.random,
+        fail_fast: bool = False,
     ) -> None:
+        """`fail_fast`: stop at the first failure instead of reconnecting (a one-shot replay, whose
+        caller reports `failure` and exits non-zero)."""
         self.name = name
         self._connection = connection
         self._identity = identity
@@ -91,6 +153,7 @@ class StreamClient(Generic[T]):
         self._tuning = tuning
         self._enrich = enrich
         self._jitter = jitter
+        self._fail_fast = fail_fast
         self._queue: deque[T] = deque(maxlen=tuning.queue_size)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -103,7 +166,10 @@ class StreamClient(Generic[T]):
         self.sent = 0
         self.streams_opened = 0
         self.failures = 0
+        self.refusals = 0
         self.last_reply: tuple[int, int, str] | None = None
+        # The most recent failure, cleared when a stream ends with the appliance's reply.
+        self.failure: StreamFailure | None = None
         self._dropped_reported = 0
 
     # -- producer side (capture thread) --------------------------------------------------------
@@ -152,7 +218,13 @@ class StreamClient(Generic[T]):
 
     def stats(self) -> dict[str, int]:
         return {"submitted": self.submitted, "sent": self.sent, "dropped": self.dropped,
-                "queued": len(self._queue), "streams_opened": self.streams_opened, "failures": self.failures}
+                "queued": len(self._queue), "streams_opened": self.streams_opened, "failures": self.failures,
+                "refusals": self.refusals}
+
+    @property
+    def stopped(self) -> bool:
+        """True once the sender gave up (fail_fast after a failure, or an exhausted close)."""
+        return self._stop.is_set()
 
     # -- sender thread ----------------------------------------------------------------------------
 
@@ -166,26 +238,40 @@ class StreamClient(Generic[T]):
                 grpc.channel_ready_future(channel).result(timeout=self._connection.connect_timeout)
             except grpc.FutureTimeoutError:
                 channel.close()
-                self.failures += 1
-                log.warning("stream=%s appliance %s unreachable, retry in ~%.1fs queued=%d dropped=%d",
-                            self.name, self._connection.target, backoff, len(self._queue), self.dropped)
-                backoff = self._pause(backoff)
+                backoff = self._failed(unreachable(self._connection), backoff)
                 continue
             backoff = self._tuning.backoff_initial
             try:
                 self._stream(channel)
+                self.failure = None
                 if self._closing:
                     if not self._queue:
                         return
             except grpc.RpcError as err:
-                self.failures += 1
-                code = err.code() if hasattr(err, "code") else None
-                log.warning("stream=%s broke code=%s detail=%s, retry in ~%.1fs", self.name, code,
-                            err.details() if hasattr(err, "details") else err, backoff)
-                backoff = self._pause(backoff)
+                backoff = self._failed(classify(err), backoff)
             finally:
                 self._generation += 1
                 channel.close()
+
+    def _failed(self, failure: StreamFailure, backoff: float) -> float:
+        """Record and log a failure, then stop (fail_fast) or wait before the next attempt; the next backoff."""
+        self.failure = failure
+        self.failures += 1
+        sentence = failure.sentence(self._connection.target)
+        if self._fail_fast:
+            log.error("stream=%s failed: %s", self.name, sentence)
+            self._stop.set()
+            return backoff
+        if failure.permanent:
+            self.refusals += 1
+            wait = self._tuning.refused_backoff
+            log.error("stream=%s refused permanently (refusal %d), next attempt in %.0f s: %s", self.name,
+                      self.refusals, wait, sentence)
+            self._stop.wait(wait)
+            return self._tuning.backoff_initial
+        log.warning("stream=%s %s queued=%d dropped=%d, retry in ~%.1fs: %s", self.name, failure.code,
+                    len(self._queue), self.dropped, backoff, sentence)
+        return self._pause(backoff)
 
     def _pause(self, backoff: float) -> float:
         """Sleep `backoff` with jitter (half to full), interruptibly; the next, doubled backoff."""

@@ -24,6 +24,9 @@ class AgentState:
     packets_received: int = 0
     packets_rejected: int = 0
     dropped_by_agent: int = 0  # reported by the agent (x-agent-dropped) after reconnecting
+    analysis_dropped: int = 0  # flows the analysis queue dropped (beyond the agent's fair share)
+    streams_refused: int = 0  # streams refused at grpc.max_streams_per_agent
+    events_malformed: int = 0  # event messages that could not be decoded
     streams: int = 0
     cert_fingerprints: set[str] = field(default_factory=set)
 
@@ -74,6 +77,25 @@ class AgentRegistry:
         with self._lock:
             state.packets_received += accepted
             state.packets_rejected += rejected
+            state.last_seen = time.time()
+
+    def analysis_dropped(self, agent_id: str, count: int) -> None:
+        """The analysis queue dropped `count` of the agent's flows (the pipeline's `on_drop`)."""
+        with self._lock:
+            state = self._agents.get(agent_id)
+            if state is not None:
+                state.analysis_dropped += count
+
+    def stream_refused(self, agent_id: str) -> None:
+        """A stream of a known agent was refused at its cap (unknown agents are not created here)."""
+        with self._lock:
+            state = self._agents.get(agent_id)
+            if state is not None:
+                state.streams_refused += 1
+
+    def event_malformed(self, state: AgentState) -> None:
+        with self._lock:
+            state.events_malformed += 1
             state.last_seen = time.time()
 
     def get(self, agent_id: str) -> AgentState | None:

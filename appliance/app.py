@@ -22,7 +22,9 @@ from appliance.flows.tracker import FlowLimits, FlowTimeouts, FlowTracker
 from appliance.ingest.convert import ConvertLimits, PacketConverter
 from appliance.ingest.service import IngestService
 from appliance.ingest.servicer import SensorServicer, StreamAuthorizer, create_server
-from appliance.metrics import MetricsCollector, MetricsHistory
+from appliance.console_settings import ConsoleSettingsStore
+from appliance.metrics import MetricsCollector, MetricsHistory, ThroughputMeter
+from appliance.retention import RetentionService
 from appliance.model import FlowRecord
 from appliance.pipeline import AnalysisPipeline
 from appliance.detection import DetectionParts
@@ -34,6 +36,7 @@ from appliance.detection.database import DB_FILE as DETECTION_DB
 from appliance.detection.database import DetectionDatabase
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import NameScorer
+from appliance.detection.dpi.dga_words import WordModel
 from appliance.detection.dpi.layer import DpiLayer
 from appliance.detection.exclusions import ExclusionStore
 from appliance.detection.facts import FlowFacts
@@ -42,10 +45,10 @@ from appliance.detection.signatures.engine import SignatureEngine
 from appliance.detection.signatures.watcher import SignatureWatcher
 from appliance.pki import CertificateAuthority, default_server_names
 from appliance.rest import routes_core, routes_detection
-from appliance.rest import routes_enrollment
+from appliance.rest import routes_enrollment, routes_settings
 from appliance.rest.api import Api
 from appliance.rest.openapi import build_openapi
-from appliance.rest.server import HttpServer
+from appliance.rest.server import ConnectionLimits, HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +112,8 @@ class Appliance:
         self.history.start()
         if self.detection is not None:
             self.detection.watcher.start()
+        if "retention" in self.extras:
+            self.extras["retention"].start()
         servicer = SensorServicer(self.ingest, authorize=self.stream_gate)
         credentials = None
         if s.grpc.tls:
@@ -127,8 +132,17 @@ class Appliance:
         cert = key = None
         if s.rest.tls:
             cert, key = self.ca.server_cert_path, self.ca.server_key_path
+        limits = ConnectionLimits(
+            head_timeout=s.rest.head_timeout, body_timeout=s.rest.body_timeout, min_body_rate=s.rest.min_body_rate,
+            keepalive_timeout=s.rest.keepalive_timeout, write_timeout=s.rest.write_timeout,
+            max_per_source=s.rest.max_connections_per_source, max_connections=s.rest.max_connections,
+        )
+        def body_limit(method: str, path: str) -> int:
+            # The upload route measures its limit on the Content-Length too (multipart framing included).
+            return s.artifacts.max_upload_bytes if path == routes_enrollment.ARTIFACTS_PATH else s.rest.max_body_bytes
+
         self._rest = HttpServer(self.api.app, host, port, threads=s.rest.threads, cert_file=cert, key_file=key, name="rest",
-                                max_body_bytes=max(s.rest.max_body_bytes, s.artifacts.max_upload_bytes) + 64 * 1024)
+                                body_limit=body_limit, limits=limits)
         self._rest.start()
         self.rest_port = self._rest.port
         sweeper = threading.Thread(target=self._sweep, name="flow-sweep", daemon=True)
@@ -136,6 +150,10 @@ class Appliance:
         self._threads.append(sweeper)
         log.info("listening grpc=%s:%d tls=%s rest=%s:%d tls=%s", split_listen(s.grpc.listen)[0], self.grpc_port,
                  s.grpc.tls, host, self.rest_port, s.rest.tls)
+
+    def rest_stats(self) -> dict[str, Any]:
+        """The HTTP front's open connections and refusals by reason (empty before start)."""
+        return self._rest.stats() if self._rest is not None else {}
 
     def _sweep(self) -> None:
         while not self._stop.wait(self.settings.analysis.sweep_interval):
@@ -152,6 +170,8 @@ class Appliance:
         self.pipeline.drain()
         self.pipeline.stop()
         self.history.stop()
+        if "retention" in self.extras:
+            self.extras["retention"].stop()
         if self._rest is not None:
             self._rest.stop()
         for closer in self.extras.get("closers", []):
@@ -179,7 +199,8 @@ def build(settings: Settings) -> Appliance:
     domains = RegisteredDomains()
     facts = FlowFacts()
     resolver = ResolverCache()
-    dpi = DpiLayer(analysis_config, facts, resolver, domains, NameScorer.load())
+    scorer = NameScorer.load()
+    dpi = DpiLayer(analysis_config, facts, resolver, domains, scorer, WordModel.load(scorer))
     signatures = SignatureEngine(paths.signatures_dir, analysis_config, facts, domains)
     signatures.reload()
     behaviour = BehaviourLayer(analysis_config)
@@ -188,14 +209,24 @@ def build(settings: Settings) -> Appliance:
     alert_channel.subscribe(alert_store.save)
     correlator = Correlator(analysis_config, alert_store, alert_channel)
     exclusions = ExclusionStore(detection_db)
+    console_settings = ConsoleSettingsStore(detection_db, analysis_config)
     detection = DetectionParts(
         db=detection_db, config=analysis_config, resolver=resolver, dpi=dpi, signatures=signatures,
         watcher=SignatureWatcher(paths.signatures_dir, signatures.reload), behaviour=behaviour,
         correlator=correlator, channel=alert_channel, alerts=alert_store, exclusions=exclusions,
     )
+    agents = AgentRegistry()
     pipeline = AnalysisPipeline(layers=[dpi, signatures, behaviour], correlator=correlator,
-                                queue_size=limits.analysis_queue, detection_filter=exclusions.allows)
+                                queue_size=limits.analysis_queue,
+                                detection_filter=lambda d: console_settings.allows(d) and exclusions.allows(d),
+                                on_drop=agents.analysis_dropped)
     finished = FinishedFlows(limits.finished_flows_kept)
+    retention = RetentionService(console_settings, alert_store, finished, detection_db)
+
+    def apply_retention(_new: object) -> None:  # a shorter retention applies at once, not at the next pass
+        retention.enforce()
+
+    console_settings.on_change(apply_retention)
 
     def on_expire(flows: list[FlowRecord]) -> None:
         finished.extend(flows)
@@ -205,24 +236,30 @@ def build(settings: Settings) -> Appliance:
         on_expire,
         FlowTimeouts(timeouts.tcp_idle, timeouts.udp_idle, timeouts.dns_idle, timeouts.icmp_idle,
                      timeouts.other_idle, timeouts.active, timeouts.dns_active),
-        FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow),
+        FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow,
+                   max_flows_per_agent=limits.max_flows_per_agent),
         on_dns_response=resolver.observe,
     )
-    agents = AgentRegistry()
     converter = PacketConverter(ConvertLimits(max_payload_bytes=limits.max_payload_bytes))
-    ingest = IngestService(converter, tracker, agents, on_dns_event=pipeline.observe_dns)
+    ingest = IngestService(converter, tracker, agents, on_dns_event=pipeline.observe_dns,
+                           max_streams_per_agent=settings.grpc.max_streams_per_agent)
 
     collector = MetricsCollector({
         "packets_received": lambda: ingest.packets_received,
         "packets_rejected": lambda: ingest.packets_rejected,
         "events_received": lambda: ingest.events_received,
         "events_rejected": lambda: ingest.events_rejected,
+        "events_malformed": lambda: ingest.events_malformed,
+        "streams_refused_per_agent": lambda: ingest.streams_refused,
         "active_flows": lambda: tracker.active_flows,
         "flows_created": lambda: tracker.flows_created,
         "flows_processed": lambda: pipeline.flows_processed,
         "flows_evicted": lambda: tracker.flows_evicted,
+        "flows_evicted_agent_cap": lambda: tracker.flows_evicted_agent_cap,
+        "flows_refused_bucket": lambda: tracker.flows_refused_bucket,
         "analysis_queue_depth": lambda: pipeline.queue_depth,
         "analysis_queue_dropped": lambda: pipeline.flows_dropped,
+        "analysis_dropped_by_agent": lambda: dict(pipeline.dropped_by_agent),
         "analysis_errors": lambda: pipeline.layer_errors,
         "detections_generated": lambda: pipeline.detections_generated,
         "detections_suppressed": lambda: pipeline.detections_suppressed,
@@ -233,13 +270,19 @@ def build(settings: Settings) -> Appliance:
         "agents_online": lambda: agents.online,
         "rejected_by_reason": lambda: ingest.rejected_by_reason,
         "repaired_by_reason": lambda: ingest.repaired_by_reason,
-    })
+        "rest_connections": lambda: appliance.rest_stats(),
+        "blanket_exclusions": lambda: len(exclusions.blanket()),
+        "retention_alerts_deleted": lambda: retention.alerts_deleted,
+        "retention_flows_deleted": lambda: retention.flows_deleted,
+    }, derived=[ThroughputMeter(lambda: ingest.packets_received, lambda: ingest.bytes_received,
+                                lambda: alert_store.active).fields])
     history = MetricsHistory(collector, settings.metrics.history_interval)
     api = Api(admin_token, settings.rest.max_body_bytes)
     routes_detection.install(api, alerts=alert_store, exclusions=exclusions, signatures=signatures, config=analysis_config)
+    routes_settings.install(api, settings=console_settings)
     routes_core.install(
         api, collector=collector, history=history, tracker=tracker, finished=finished, agents=agents,
-        events=ingest.recent_events, openapi=lambda: build_openapi(api.routes),
+        events=ingest.recent_events, openapi=lambda: build_openapi(api.routes), warnings=exclusions.warnings,
     )
 
     # Enrollment: the payload under /static, tokens and certificates in SQLite, the stream gate.
@@ -248,9 +291,9 @@ def build(settings: Settings) -> Appliance:
     artifacts.refresh()
     enrollment_store = EnrollmentStore(paths.state_dir / ENROLLMENT_DB)
 
-    def endpoints() -> Any:  # late-bound: the ports are known once `appliance.start()` has run
+    def endpoints(request_host: str = "") -> Any:  # late-bound: the ports are known once `appliance.start()` has run
         return default_endpoints(settings.enrollment.base_url, settings.enrollment.grpc_url, server_names[0],
-                                 appliance.rest_port, appliance.grpc_port, settings.rest.tls)
+                                 appliance.rest_port, appliance.grpc_port, settings.rest.tls, request_host)
 
     enrollment = EnrollmentService(
         enrollment_store, ca, artifacts, template_dir=INSTALLER_DIR, endpoints=endpoints,
@@ -269,6 +312,8 @@ def build(settings: Settings) -> Appliance:
     )
     appliance.extras["enrollment"] = enrollment
     appliance.extras["artifacts"] = artifacts
+    appliance.extras["retention"] = retention
+    appliance.extras["console_settings"] = console_settings
     appliance.extras.setdefault("closers", []).append(enrollment_store.close)
     return appliance
 

@@ -37,6 +37,9 @@ class GrpcSettings(_Section):
     listen: str = "0.0.0.0:50051"
     tls: bool = True
     max_streams: Annotated[int, Field(ge=1, le=4096)] = 64
+    # Streams one agent identity (its client certificate; its agent id without mTLS) may hold at once.
+    # An agent opens up to five (one per stream kind); the rest is room for reconnects.
+    max_streams_per_agent: Annotated[int, Field(ge=1, le=4096)] = 8
     max_message_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 4 * 1024 * 1024
 
     _listen = field_validator("listen")(_check_listen)
@@ -47,27 +50,56 @@ class RestSettings(_Section):
     tls: bool = True
     threads: Annotated[int, Field(ge=1, le=512)] = 16
     max_body_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = 1024 * 1024
+    # Abuse limits of the HTTP front (README, "Security limits"): no worker thread before a whole request.
+    head_timeout: Annotated[float, Field(gt=0, le=300)] = 10.0
+    body_timeout: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    min_body_rate: Annotated[int, Field(ge=1024, le=1 << 30)] = 64 * 1024
+    keepalive_timeout: Annotated[float, Field(gt=0, le=3600)] = 15.0
+    write_timeout: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    max_connections_per_source: Annotated[int, Field(ge=1, le=100_000)] = 64
+    max_connections: Annotated[int, Field(ge=1, le=100_000)] = 1024
 
     _listen = field_validator("listen")(_check_listen)
 
 
 class DashboardSettings(_Section):
     listen: str = "0.0.0.0:3000"
+    # The REST API the console speaks to; default https://127.0.0.1:<rest port> (http when rest.tls is false).
+    api_url: str = ""
+    dist_dir: Path = Path("console/dist")  # the built web app (make console)
+    threads: Annotated[int, Field(ge=2, le=512)] = 16
+    session_idle_minutes: Annotated[float, Field(gt=0, le=24 * 60)] = 30.0
+    session_max_hours: Annotated[float, Field(gt=0, le=24 * 30)] = 12.0
 
     _listen = field_validator("listen")(_check_listen)
 
+    @field_validator("api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        if value and not re.fullmatch(r"https?://[A-Za-z0-9.\[\]:-]+", value):
+            raise ValueError("must be http(s)://host:port with no path, query, quotes or spaces")
+        return value.rstrip("/")
+
+
+# The checkout the appliance runs from: the shipped rules live here, and the default state goes
+# here, whatever directory it is started from (a bare `rules` would load an empty directory).
+INSTALL_ROOT = Path(__file__).resolve().parents[1]
+SHIPPED_RULES = INSTALL_ROOT / "rules"
+
 
 class PathSettings(_Section):
-    """Relative paths resolve against the working directory."""
+    """Defaults resolve against the installation; relative paths in a config file against the working directory."""
 
-    state_dir: Path = Path("var")
-    signatures_dir: Path = Path("rules")
-    static_dir: Path = Path("var/static")
-    certs_dir: Path = Path("var/certs")
+    state_dir: Path = INSTALL_ROOT / "var"
+    signatures_dir: Path = SHIPPED_RULES
+    static_dir: Path = INSTALL_ROOT / "var" / "static"
+    certs_dir: Path = INSTALL_ROOT / "var" / "certs"
 
 
 class LimitSettings(_Section):
     max_flows: Annotated[int, Field(ge=10, le=10_000_000)] = 200_000
+    # An agent at this many flows evicts its own longest-idle flow: one agent cannot fill the table.
+    max_flows_per_agent: Annotated[int, Field(ge=10, le=10_000_000)] = 50_000
     analysis_queue: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
     max_payload_bytes: Annotated[int, Field(ge=0, le=1 << 20)] = 65535
     samples_per_flow: Annotated[int, Field(ge=0, le=1024)] = 8
@@ -169,10 +201,22 @@ def parse_settings(data: Any, source: str = "config") -> Settings:
         raise ConfigError(describe_errors(err, source)) from None
 
 
+def check_paths(settings: Settings, source: str) -> Settings:
+    """Stop on a signatures directory that does not exist: an empty rule set must be a choice, not a typo."""
+    rules = settings.paths.signatures_dir
+    if rules.is_dir():
+        return settings
+    if "signatures_dir" in settings.paths.model_fields_set:
+        raise ConfigError(f"{source}: paths.signatures_dir: no such directory (got '{rules}'); create it, or remove "
+                          f"the key to use the shipped rules in {SHIPPED_RULES}")
+    raise ConfigError(f"{source}: the shipped rules are missing ({rules}): set paths.signatures_dir to the "
+                      "directory of your rules")
+
+
 def load_settings(path: str | Path | None) -> Settings:
-    """Settings from a YAML file, or all defaults when `path` is None."""
+    """Settings from a YAML file, or all defaults when `path` is None; the signatures directory must exist."""
     if path is None:
-        return Settings()
+        return check_paths(Settings(), "defaults")
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -182,4 +226,4 @@ def load_settings(path: str | Path | None) -> Settings:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    return parse_settings(data, str(path))
+    return check_paths(parse_settings(data, str(path)), str(path))

@@ -14,12 +14,14 @@ class ConfigError(ApplianceError):
 class ApiError(ApplianceError):
     """An error the REST layer renders as `{"error": message}` with `status`."""
 
-    def __init__(self, status: int, message: str, *, code: str | None = None, field: str | None = None) -> None:
+    def __init__(self, status: int, message: str, *, code: str | None = None, field: str | None = None,
+                 fields: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
         self.field = field
+        self.fields = fields  # 422: every bad field and its message
 
 
 class NotFound(ApiError):

@@ -3,6 +3,10 @@
 Flows arrive from the tracker through a bounded queue (overflow is counted, never silent) and
 are analysed on one worker thread: every layer sees every flow independently, then the
 detections go to correlation. Layers and the correlator are handed in by the composition root.
+
+The queue is shared fairly between agents: each agent has its own line, the worker serves the
+lines in turn, and when the queue is full a newcomer takes the place of the newest flow of the
+agent holding the most. One agent's flood therefore costs that agent's flows, not the others'.
 """
 
 from __future__ import annotations
@@ -10,13 +14,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from appliance.model import DnsMessage, Detection, FlowRecord
 
 log = logging.getLogger(__name__)
+
+# Flows taken from each agent's line per round of the worker: fair to within this many flows,
+# without taking the lock once per flow.
+_PER_AGENT_ROUND = 16
 
 
 class AnalysisLayer(Protocol):
@@ -47,8 +55,9 @@ class AnalysisPipeline:
     """Bounded queue plus a worker that runs the layers and the correlator on each flow.
 
     The queue holds at most `queue_size` flows; what does not fit is dropped and counted in
-    `flows_dropped`. Producers hand over lists and the worker takes everything pending at once,
-    so a busy tracker wakes the worker once per batch, not once per flow.
+    `flows_dropped` and, per agent, in `dropped_by_agent` (reported to `on_drop` too). Producers
+    hand over lists and the worker takes one round of the agents' lines at a time, so a busy
+    tracker wakes the worker once per batch, not once per flow.
     """
 
     def __init__(
@@ -57,13 +66,17 @@ class AnalysisPipeline:
         correlator: Correlator | None = None,
         queue_size: int = 10_000,
         detection_filter: Callable[[Detection], bool] | None = None,
+        on_drop: Callable[[str, int], None] | None = None,
     ) -> None:
         self.layers = list(layers)
         self.correlator = correlator
         self.detection_filter = detection_filter
         self.queue_size = queue_size
-        self._pending: deque[FlowRecord] = deque()
+        self._lines: dict[str, deque[FlowRecord]] = {}  # agent id -> its waiting flows, served in turn
+        self._depth = 0
         self._busy = 0
+        self._on_drop = on_drop
+        self.dropped_by_agent: Counter[str] = Counter()
         self._cond = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -76,14 +89,39 @@ class AnalysisPipeline:
 
     # -- producer side (called under the tracker lock: must not block) --------------------
     def submit_many(self, flows: list[FlowRecord]) -> None:
+        dropped: Counter[str] = Counter()
         with self._cond:
-            room = self.queue_size - len(self._pending) - self._busy
-            if room < len(flows):
-                self.flows_dropped += len(flows) - max(room, 0)
-                flows = flows[: max(room, 0)]
-            if flows:
-                self._pending.extend(flows)
+            for flow in flows:
+                victim = self._admit(flow)
+                if victim is not None:
+                    dropped[victim] += 1
+            if dropped:
+                self.flows_dropped += sum(dropped.values())
+                self.dropped_by_agent.update(dropped)
+            if self._depth:
                 self._cond.notify()
+        if dropped and self._on_drop is not None:
+            for agent_id, count in dropped.items():
+                self._on_drop(agent_id, count)
+
+    def _admit(self, flow: FlowRecord) -> str | None:
+        """Queue one flow (under the lock); the agent whose flow was dropped to keep the bound, if any."""
+        line = self._lines.get(flow.agent_id)
+        mine = len(line) if line is not None else 0
+        if self._depth + self._busy >= self.queue_size:
+            longest_id, longest = max(self._lines.items(), key=lambda item: len(item[1]), default=("", deque()))
+            if longest_id == flow.agent_id or len(longest) <= mine + 1:
+                return flow.agent_id  # this agent already holds its share: its new flow is the one dropped
+            longest.pop()  # the newest flow of the agent holding the most makes room
+            self._depth -= 1
+            victim: str | None = longest_id
+        else:
+            victim = None
+        if line is None:
+            line = self._lines[flow.agent_id] = deque()
+        line.append(flow)
+        self._depth += 1
+        return victim
 
     def submit(self, flow: FlowRecord) -> None:
         self.submit_many([flow])
@@ -96,7 +134,19 @@ class AnalysisPipeline:
 
     @property
     def queue_depth(self) -> int:
-        return len(self._pending)
+        return self._depth
+
+    def _take_round(self) -> list[FlowRecord]:
+        """A few flows from each agent's line, in turn (under the lock); empty lines are removed."""
+        batch: list[FlowRecord] = []
+        for agent_id in list(self._lines):
+            line = self._lines[agent_id]
+            for _ in range(min(len(line), _PER_AGENT_ROUND)):
+                batch.append(line.popleft())
+            if not line:
+                del self._lines[agent_id]
+        self._depth -= len(batch)
+        return batch
 
     # -- worker -------------------------------------------------------------------------------
     def process(self, flow: FlowRecord) -> list[Detection]:
@@ -121,12 +171,11 @@ class AnalysisPipeline:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._pending and not self._stopping:
+                while not self._depth and not self._stopping:
                     self._cond.wait()
-                if not self._pending and self._stopping:
+                if not self._depth and self._stopping:
                     return
-                batch = list(self._pending)
-                self._pending.clear()
+                batch = self._take_round()
                 self._busy = len(batch)
             for flow in batch:
                 try:
@@ -148,7 +197,7 @@ class AnalysisPipeline:
         """Wait until every queued flow has been analysed (used at shutdown and in tests)."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._pending or self._busy:
+            while self._depth or self._busy:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._thread is None:
                     return False

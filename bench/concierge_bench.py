@@ -24,6 +24,9 @@ STREAMS = 200
 ROUNDS = 5
 SECONDS_PER_ROUND = 3.0
 CLIENT_THREADS = 4
+GUEST_LIST = "/cardex/guests"
+BARE = "/health"
+OUT = Path(__file__).resolve().parents[1] / "var" / "bench"
 
 
 def _serve(state: str, conn: Any) -> None:
@@ -32,7 +35,6 @@ def _serve(state: str, conn: Any) -> None:
 
     logging.disable(logging.INFO)
     from concierge.app import build
-    from concierge.clock import new_id
     from concierge.settings import Settings
 
     concierge = build(Settings(state_dir=Path(state), kdf_n=2**10))
@@ -42,12 +44,11 @@ def _serve(state: str, conn: Any) -> None:
     staff_id = users.store.create("bench-staff@hotel.test", "Staff", "x", "Bench Hotel", now)
     org = sessions.store.first_organization(staff_id)
     staff_sid, _ = sessions.start(staff_id, org)
-    with concierge.db.transaction() as tx:
+    guests = concierge.services["cardex"].store
+    with concierge.db.transaction() as tx:  # through the register's own write path, as staff and PMS imports write
         for i in range(GUESTS):
-            tx.execute(
-                "INSERT INTO guests (id, organization_id, first_name, last_name, email, phone, room, vip, status, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (new_id("gst"), org, f"First{i}", f"Last{i:05d}", f"g{i}@mail.test", f"+33 6 {i:08d}", str(100 + i % 400), int(i % 20 == 0), "arrived" if i % 3 else "expected", now, now),
-            )
+            values = {"first_name": f"First{i}", "last_name": f"Last{i:05d}", "email": f"g{i}@mail.test", "phone": f"+33 6 {i:08d}", "room": str(100 + i % 400), "vip": i % 20 == 0}
+            guests.insert(tx, org, values, "arrived" if i % 3 else "expected", now)
     guest_sids, channels = [], []
     for i in range(STREAMS):
         uid = users.store.create(f"bench-guest{i}@hotel.test", f"Guest {i}", "x", None, now)
@@ -69,20 +70,25 @@ def _serve(state: str, conn: Any) -> None:
     conn.send("stopped")
 
 
-def _requests_per_second(port: int, sid: str) -> float:
+def _load(port: int, sid: str, path: str) -> tuple[float, list[float]]:
+    """One round: CLIENT_THREADS keep-alive clients GET `path` for SECONDS_PER_ROUND; (requests/s, latencies in s)."""
     stop = time.monotonic() + SECONDS_PER_ROUND
-    counts = [0] * CLIENT_THREADS
+    latencies: list[list[float]] = [[] for _ in range(CLIENT_THREADS)]
 
     def worker(n: int) -> None:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         headers = {"Cookie": f"concierge_session={sid}"}
-        while time.monotonic() < stop:
-            c.request("GET", "/cardex/guests", headers=headers)
+        mine = latencies[n]
+        while True:
+            sent = time.monotonic()
+            if sent >= stop:
+                break
+            c.request("GET", path, headers=headers)
             resp = c.getresponse()
             body = resp.read()
+            mine.append(time.monotonic() - sent)
             if resp.status != 200:
-                raise RuntimeError(f"GET /cardex/guests answered {resp.status}: {body[:200]!r}")
-            counts[n] += 1
+                raise RuntimeError(f"GET {path} answered {resp.status}: {body[:200]!r}")
         c.close()
 
     started = time.monotonic()
@@ -91,7 +97,12 @@ def _requests_per_second(port: int, sid: str) -> float:
         t.start()
     for t in threads:
         t.join()
-    return sum(counts) / (time.monotonic() - started)
+    every = [x for mine in latencies for x in mine]
+    return len(every) / (time.monotonic() - started), every
+
+
+def _p99_ms(latencies: list[float]) -> float:
+    return statistics.quantiles(latencies, n=100)[98] * 1000
 
 
 _DATA = re.compile(rb"data: (\{[^\n]*\})\n")
@@ -150,8 +161,17 @@ def main() -> None:
     try:
         info = parent.recv()
         port = info["port"]
-        _requests_per_second(port, info["staff"])  # warm-up
-        rps = [_requests_per_second(port, info["staff"]) for _ in range(ROUNDS)]
+        for path in (BARE, GUEST_LIST):  # warm-up
+            _load(port, info["staff"], path)
+        bare_rounds, list_rounds = [], []
+        for _ in range(ROUNDS):  # interleaved, so both see the same machine load
+            bare_rounds.append(_load(port, info["staff"], BARE))
+            list_rounds.append(_load(port, info["staff"], GUEST_LIST))
+        bare_rps = [r for r, _ in bare_rounds]
+        rps = [r for r, _ in list_rounds]
+        ratio = statistics.median(rps) / statistics.median(bare_rps)
+        list_p99 = statistics.median(_p99_ms(lat) for _, lat in list_rounds)
+        bare_p99 = statistics.median(_p99_ms(lat) for _, lat in bare_rounds)
         socks = _open_streams(port, info["guests"])
         try:
             _latencies(socks, parent)  # warm-up
@@ -162,12 +182,28 @@ def main() -> None:
         medians = [statistics.median(r) * 1000 for r in rounds]
         p99s = [statistics.quantiles(r, n=100)[98] * 1000 for r in rounds]
         cpu = platform.processor() or platform.machine()
-        print(f"concierge bench {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, SQLite")
-        print(f"GET /cardex/guests ({GUESTS} guests, page of 100 + total, {CLIENT_THREADS} keep-alive clients): {statistics.median(rps):.0f} requests/s (median of {ROUNDS} rounds: {', '.join(f'{r:.0f}' for r in rps)})")
-        print(
+        load = os.getloadavg()[0]
+        figures = {
+            "measured_at": f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+            "machine": f"{os.cpu_count()} CPUs ({cpu}), Python {platform.python_version()}, SQLite, load average {load:.1f}",
+            "guest_list": {"path": GUEST_LIST, "guests": GUESTS, "clients": CLIENT_THREADS, "requests_per_s": round(statistics.median(rps)), "rounds": [round(r) for r in rps], "p99_ms": round(list_p99, 2)},
+            "bare": {"path": BARE, "requests_per_s": round(statistics.median(bare_rps)), "rounds": [round(r) for r in bare_rps], "p99_ms": round(bare_p99, 2)},
+            "guest_list_to_bare_ratio": round(ratio, 2),
+            "sse": {"streams": STREAMS, "median_ms": round(statistics.median(medians), 2), "p99_ms": round(statistics.median(p99s), 2)},
+        }
+        lines = [
+            f"concierge bench {figures['measured_at']}, {figures['machine']}",
+            f"GET {GUEST_LIST} ({GUESTS} guests, page of 100 + total, {CLIENT_THREADS} keep-alive clients): {statistics.median(rps):.0f} requests/s "
+            f"(median of {ROUNDS} rounds: {', '.join(f'{r:.0f}' for r in rps)}), p99 {list_p99:.2f} ms",
+            f"GET {BARE} (bare endpoint, same server, same clients, interleaved rounds): {statistics.median(bare_rps):.0f} requests/s "
+            f"(rounds: {', '.join(f'{r:.0f}' for r in bare_rps)}), p99 {bare_p99:.2f} ms; guest list / bare = {ratio:.2f}",
             f"publish-to-delivery with {STREAMS} open SSE streams (one publish per stream per round): "
-            f"median {statistics.median(medians):.2f} ms, p99 {statistics.median(p99s):.2f} ms (medians of {ROUNDS} rounds)"
-        )
+            f"median {statistics.median(medians):.2f} ms, p99 {statistics.median(p99s):.2f} ms (medians of {ROUNDS} rounds)",
+        ]
+        print("\n".join(lines))
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / "concierge.txt").write_text("\n".join(lines) + "\n")
+        (OUT / "concierge.json").write_text(json.dumps(figures, indent=1) + "\n")
     finally:
         parent.send("stop")
         if parent.poll(15):

@@ -8,13 +8,16 @@ figures measure the server. Both servers use plaintext gRPC: TLS costs the same 
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
+import os
 import random
 import resource
 import statistics
 import sys
 import time
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 
@@ -188,17 +191,32 @@ def main() -> None:
         bare.stop(0)
         app.stop()
     med = {k: statistics.median(v) for k, v in results.items()}
-    print(f"StreamPacketBatches ({BATCH}/msg): ours {med['ours_batched']:>10,.0f} pkt/s   bare {med['bare_batched']:>10,.0f} pkt/s"
-          f"   ratio {med['ours_batched'] / med['bare_batched']:.2f} (target >= 0.40)")
-    print(f"StreamPackets (1/msg):       ours {med['ours_single']:>10,.0f} pkt/s   bare {med['bare_single']:>10,.0f} pkt/s"
-          f"   ratio {med['ours_single'] / med['bare_single']:.2f}")
-    print(f"flows created during the run: {flows:,}")
+    lines = [
+        f"machine: {mp.cpu_count()} cores, Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f}; "
+        f"rounds: {ROUNDS} (median)",
+        f"StreamPacketBatches ({BATCH}/msg): ours {med['ours_batched']:>10,.0f} pkt/s   bare {med['bare_batched']:>10,.0f} pkt/s"
+        f"   ratio {med['ours_batched'] / med['bare_batched']:.2f} (target >= 0.40)",
+        f"StreamPackets (1/msg):       ours {med['ours_single']:>10,.0f} pkt/s   bare {med['bare_single']:>10,.0f} pkt/s"
+        f"   ratio {med['ours_single'] / med['bare_single']:.2f}",
+        f"flows created during the run: {flows:,}",
+    ]
     import subprocess
 
     out = subprocess.run([sys.executable, "-c", "from bench.ingest_bench import _rss_with_flows; _rss_with_flows()"],
                          capture_output=True, text=True, check=True).stdout.split()
-    print(f"peak RSS with {FLOWS_FOR_RSS:,} concurrent flows: {float(out[0]):.0f} MB "
-          f"(process before flows: {float(out[1]):.0f} MB; target < 300 MB)")
+    lines.append(f"peak RSS with {FLOWS_FOR_RSS:,} concurrent flows: {float(out[0]):.0f} MB "
+                 f"(process before flows: {float(out[1]):.0f} MB; target < 300 MB)")
+    print("\n".join(lines[1:]))
+    figures = {
+        "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": mp.cpu_count(),
+        "load_average": os.getloadavg()[0], "rounds": ROUNDS, "medians_pkt_s": med, "rounds_pkt_s": results,
+        "ratio_batched": med["ours_batched"] / med["bare_batched"], "ratio_single": med["ours_single"] / med["bare_single"],
+        "peak_rss_mb": float(out[0]), "rss_before_flows_mb": float(out[1]),
+    }
+    out_dir = Path("var/bench")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "ingest.txt").write_text("\n".join(lines) + "\n")
+    (out_dir / "ingest.json").write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -10,13 +10,14 @@ import bottle
 
 from concierge import __doc__ as product_doc
 from concierge.api import Api, SchemaPlugin, openapi_document
+from concierge.audit import AuditLog
 from concierge.clock import Clock
 from concierge.database import Database, open_database
 from concierge.http import Edge, ErrorPlugin, Server, default_error_handler
 from concierge.mail import SpoolMailer
 from concierge.ai import AiProvider, OfflineAi, OpenAiCompatible
 from concierge.idempotency import IdempotencyStore
-from concierge.modules import ai_concierge, analytics, booking, cardex, chat, checkin, docs, integrations, menu, payment, rooms, tickets, today, users
+from concierge.modules import ai_concierge, analytics, booking, cardex, chat, checkin, docs, health, integrations, invitations, menu, payment, rooms, tickets, today, users
 from concierge.payments import PaymentProvider, SandboxProvider, StripeProvider
 from concierge.records import RecordStore
 from concierge.outbox import OutboxDispatcher
@@ -108,6 +109,7 @@ def build(
         if guest and not guest.get("pms_reservation_id"):
             with db.transaction() as tx:
                 tx.execute("UPDATE guests SET pms_reservation_id = ? WHERE id = ? AND pms_reservation_id IS NULL", (reservation, payload["guestId"]))
+                cardex.touch_guest_list(tx, guest["organization_id"], payload["guestId"])
 
     def pms_check_out(payload: dict[str, Any]) -> None:
         with db.transaction(write=False) as tx:
@@ -119,11 +121,13 @@ def build(
     app = bottle.Bottle()
     app.default_error_handler = default_error_handler  # type: ignore[method-assign]
     app.install(ErrorPlugin())
-    app.install(SchemaPlugin(sessions))
+    app.install(SchemaPlugin(sessions, settings.check_responses))
     api = Api(app)
 
-    user_service = users.UserService(users.UserStore(db), hasher, sessions, clock)
+    audit = AuditLog(db, clock)
+    user_service = users.UserService(users.UserStore(db), hasher, sessions, clock, audit)
     public_url = f"http://{settings.host}:{settings.port}"
+    invitation_service = invitations.InvitationService(db, user_service.store, audit, mailer, clock, settings.invitation_ttl_seconds, public_url)
     cardex_service = cardex.CardexService(cardex.GuestStore(db), pubsub, mailer, clock, outbox.kick, public_url)
 
     def table(name: str, prefix: str, noun: str, booleans: tuple[str, ...] = ()) -> RecordStore:
@@ -135,7 +139,9 @@ def build(
     concierge_ai = ai_concierge.ConciergeAi(db, ai)
     sync_service = integrations.SyncService(db, pms, clock, sessions.resolve_role)
 
+    api.mount("/health", "health", health.routes())
     api.mount("/users", "users", users.routes(user_service))
+    api.mount("/users", "users", invitations.routes(invitation_service))
     api.mount("/cardex", "cardex", cardex.routes(cardex_service))
     api.mount("/check-in", "check-in", checkin.routes(hub, db))
     api.mount("/rooms", "rooms", rooms.routes(table("rooms", "rm", "Room")))
@@ -154,7 +160,7 @@ def build(
         wsgi=Edge(app, settings.cors_origins, settings.trust_proxy), outbox=outbox, pms=pms, mailer=mailer,
         services={
             "users": user_service, "cardex": cardex_service, "sessions": sessions, "hasher": hasher, "payments": payment_service,
-            "payment_provider": payments, "ai": concierge_ai, "sync": sync_service, "booking": booking_service,
+            "payment_provider": payments, "ai": concierge_ai, "invitations": invitation_service, "sync": sync_service, "booking": booking_service,
         },
     )
     docs.mount(app, concierge.openapi, sessions, settings.production, settings.openapi_enabled)

@@ -2,7 +2,8 @@
 # Included at the end of the top-level Makefile; $(STAMP) and $(PY) come from there.
 # The concierge tests run behind real nginx, on real Redis and PostgreSQL.
 TEST_APT_PACKAGES += nginx redis-server postgresql
-CONCIERGE_PORT ?= 8080
+# 8090: the appliance holds 8080 (REST), 50051 (gRPC) and 3000 (dashboard); both products run side by side.
+CONCIERGE_PORT ?= 8090
 
 .PHONY: concierge
 concierge: $(STAMP)

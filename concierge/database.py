@@ -25,9 +25,12 @@ class IntegrityError(Exception):
 
 
 class Tx(Protocol):
+    kind: str  # the back end ("sqlite" or "postgresql"), for the rare statement that differs
+
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int: ...
     def one(self, sql: str, params: Sequence[Any] = ()) -> Row | None: ...
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+    def tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -42,6 +45,8 @@ def migrations() -> list[tuple[int, str, str]]:
 
 
 class _SqliteTx:
+    kind = "sqlite"
+
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
@@ -58,6 +63,12 @@ class _SqliteTx:
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return [dict(r) for r in self.conn.execute(sql, tuple(params)).fetchall()]
+
+    def tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows as plain tuples in SELECT order (hot paths: no per-row mapping objects)."""
+        cur = self.conn.cursor()
+        cur.row_factory = None
+        return cur.execute(sql, tuple(params)).fetchall()
 
 
 class SqliteDatabase:
@@ -101,6 +112,14 @@ class SqliteDatabase:
             raise
         conn.execute("COMMIT")
 
+    @contextmanager
+    def statements(self) -> Iterator[Tx]:
+        """Reads without an explicit transaction: each statement is its own snapshot (no BEGIN/COMMIT round).
+
+        For hot read paths whose statements need no common snapshot; inside a transaction it joins it.
+        """
+        yield _SqliteTx(self._conn())
+
     def executescript(self, script: str) -> None:
         self._conn().executescript(script)
 
@@ -115,6 +134,8 @@ class SqliteDatabase:
 
 
 class _PgTx:
+    kind = "postgresql"
+
     def __init__(self, conn: Any) -> None:
         self.conn = conn
 
@@ -140,6 +161,11 @@ class _PgTx:
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return [dict(r) for r in self.conn.execute(self._sql(sql), tuple(params)).fetchall()]
+
+    def tuples(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        from psycopg.rows import tuple_row
+
+        return self.conn.cursor(row_factory=tuple_row).execute(self._sql(sql), tuple(params)).fetchall()
 
 
 class PostgresDatabase:
@@ -178,6 +204,12 @@ class PostgresDatabase:
 
                 conn = psycopg.connect(self.url, row_factory=dict_row, autocommit=False)
             self._pool.put(conn)
+
+    @contextmanager
+    def statements(self) -> Iterator[Tx]:
+        """Reads that need no common snapshot (a pooled connection in a read transaction here)."""
+        with self.transaction(write=False) as tx:
+            yield tx
 
     def executescript(self, script: str) -> None:
         with self.transaction() as tx:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
@@ -80,10 +81,13 @@ class Edge:
         self.app = app
         self.origins = frozenset(cors_origins)
         self.trust_proxy = trust_proxy
+        # ids only need to be unique, not secret: a random process prefix and a counter (no syscall per request)
+        self._id_prefix = secrets.token_hex(4)
+        self._id_counter = itertools.count(1)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         incoming = environ.get("HTTP_X_REQUEST_ID", "")
-        rid = incoming if REQUEST_ID.match(incoming) else secrets.token_hex(8)
+        rid = incoming if REQUEST_ID.match(incoming) else f"{self._id_prefix}{next(self._id_counter):08x}"
         environ["concierge.request_id"] = rid
         if self.trust_proxy:
             forwarded = environ.get("HTTP_X_FORWARDED_PROTO", "")

@@ -7,6 +7,7 @@ from datetime import date, timedelta
 from typing import TYPE_CHECKING
 
 from concierge.clock import new_id
+from concierge.modules.cardex import touch_guest_list
 
 if TYPE_CHECKING:
     from concierge.app import Concierge
@@ -78,5 +79,6 @@ def seed_demo(concierge: Concierge, guests: int = 40) -> dict[str, tuple[str, st
                  DEMO_USERS["guest"][0] if i == 0 else f"guest{i}@mail.example", f"+33 6 12 34 {i:02d} {i:02d}", f"{1 + i % 4}{1 + i % 10:02d}",
                  1 if i % 7 == 0 else 0, "expected" if i == 0 else status, (today if i == 0 else arrival).isoformat(), (arrival + timedelta(days=3)).isoformat(), "", now, now),
             )
+        touch_guest_list(tx, org)
     log.info("demo hotel seeded organization=%s", org)
     return credentials

@@ -41,6 +41,16 @@ class PasswordHasher:
         return stored is not None and hmac.compare_digest(got, base64.b64decode(digest))
 
 
+def _cookie(header: str, name: str) -> str | None:
+    """One cookie's value from a Cookie header (`a=b; c=d`). Session ids are URL-safe tokens, so no quoting
+    rules apply; http.cookies parsed the whole header with regular expressions on every request."""
+    for part in header.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep and key == name:
+            return value
+    return None
+
+
 def _digest(session_id: str) -> str:
     return hashlib.sha256(session_id.encode()).hexdigest()
 
@@ -58,6 +68,8 @@ class AuthContext:
     role: str | None = None
     resolved: bool = False
     user: Row = field(default_factory=dict)
+    member_role: str | None = None  # read with the session (one query per request), adopted by resolve_role
+    member_role_loaded: bool = False
 
     def csrf_matches(self, token: str) -> bool:
         return bool(token) and hmac.compare_digest(token, self.csrf_token)
@@ -90,9 +102,11 @@ class SessionStore:
             tx.execute("UPDATE sessions SET revoked_at = ? WHERE id_hash = ?", (now, id_hash))
 
     def lookup(self, session_id: str) -> Row | None:
-        with self.db.transaction(write=False) as tx:
-            return tx.one(
-                "SELECT s.*, u.email, u.name FROM sessions s JOIN users u ON u.id = s.user_id WHERE s.id_hash = ? AND s.revoked_at IS NULL",
+        with self.db.statements() as tx:  # one statement: its own snapshot
+            return tx.one(  # the membership's current role comes with it: no second look-up when a route needs the role
+                "SELECT s.*, u.email, u.name, m.role AS member_role FROM sessions s JOIN users u ON u.id = s.user_id "
+                "LEFT JOIN memberships m ON m.user_id = s.user_id AND m.organization_id = s.organization_id "
+                "WHERE s.id_hash = ? AND s.revoked_at IS NULL",
                 (_digest(session_id),),
             )
 
@@ -157,7 +171,7 @@ class SessionService:
         return auth
 
     def _authenticate(self, request: bottle.BaseRequest) -> AuthContext | None:
-        session_id = request.get_cookie(COOKIE)
+        session_id = _cookie(request.environ.get("HTTP_COOKIE", ""), COOKIE)
         via_cookie = True
         header = request.headers.get("Authorization", "")
         if header.startswith("Bearer "):
@@ -178,6 +192,8 @@ class SessionService:
             role_seen=row["role_seen"],
             via_cookie=via_cookie,
             user={"id": row["user_id"], "email": row["email"], "name": row["name"]},
+            member_role=row["member_role"],
+            member_role_loaded=True,
         )
 
     def resolve_role(self, auth: AuthContext) -> str | None:
@@ -187,7 +203,10 @@ class SessionService:
         moves to a new id on this response: privileges never change under an old session id.
         """
         if not auth.resolved:
-            auth.role = self.store.role(auth.user_id, auth.organization_id) if auth.organization_id else None
+            if auth.member_role_loaded:
+                auth.role = auth.member_role if auth.organization_id else None
+            else:
+                auth.role = self.store.role(auth.user_id, auth.organization_id) if auth.organization_id else None
             auth.resolved = True
             if auth.role != auth.role_seen and auth.via_cookie:
                 session_id = secrets.token_urlsafe(32)

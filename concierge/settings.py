@@ -25,7 +25,7 @@ class Settings:
 
     environment: str = "development"  # development | production
     host: str = "127.0.0.1"
-    port: int = 8080
+    port: int = 8090  # beside the appliance (REST 8080, gRPC 50051, dashboard 3000) as shipped
     state_dir: Path = Path("var/concierge")
     database_url: str = ""  # empty: SQLite file under state_dir
     pubsub_url: str = ""  # empty: in-process; redis://host:port/db for several instances
@@ -55,6 +55,8 @@ class Settings:
     ai_base_url: str = ""
     ai_api_key: str = ""
     ai_model: str = "gpt-4o-mini"
+    check_responses: bool = False  # hold pre-encoded hot-path bodies to their response models (tests turn it on)
+    invitation_ttl_seconds: int = 7 * 24 * 3600
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -100,6 +102,8 @@ class Settings:
             "AI_BASE_URL": "ai_base_url",
             "AI_API_KEY": "ai_api_key",
             "AI_MODEL": "ai_model",
+            "CHECK_RESPONSES": "check_responses",
+            "INVITATION_TTL_SECONDS": "invitation_ttl_seconds",
         }
         types = {f.name: f.type for f in fields(cls)}
         values: dict[str, Any] = {}
@@ -151,6 +155,8 @@ class Settings:
             out.append(f"AI_PROVIDER={self.ai_provider!r}: expected offline or openai")
         if self.ai_provider == "openai" and not self.ai_base_url:
             out.append("AI_BASE_URL is required when AI_PROVIDER=openai")
+        if self.invitation_ttl_seconds < 60:
+            out.append(f"INVITATION_TTL_SECONDS={self.invitation_ttl_seconds}: must be at least 60")
         if self.sse_max_streams_total < 1 or self.sse_max_streams_per_user < 1:
             out.append("SSE_MAX_STREAMS_*: must be at least 1")
         return out

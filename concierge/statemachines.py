@@ -95,7 +95,20 @@ PAYMENT = _machine(
     },
 )
 
-MACHINES: dict[str, StateMachine] = {m.name: m for m in (CHECK_IN, BOOKING, ROOM_SERVICE, TICKET, PAYMENT)}
+# Only the invitee accepts or declines; an admin revokes; time expires.
+INVITATION = _machine(
+    "invitation",
+    "pending",
+    {
+        "pending": ("accepted", "declined", "revoked", "expired"),
+        "accepted": (),
+        "declined": (),
+        "revoked": (),
+        "expired": (),
+    },
+)
+
+MACHINES: dict[str, StateMachine] = {m.name: m for m in (CHECK_IN, BOOKING, ROOM_SERVICE, TICKET, PAYMENT, INVITATION)}
 
 
 def markdown_table(machine: StateMachine) -> str:

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from appliance.detection.alert_query import STATUSES, AlertFilter, AlertOrder
 from appliance.detection.database import DetectionDatabase
 from appliance.errors import ApplianceError
 
 log = logging.getLogger(__name__)
 
-STATUSES = ("New", "Acknowledged", "Investigating", "Resolved", "FalsePositive")
 CLOSED = frozenset({"Resolved", "FalsePositive"})
 # Triage transitions an analyst may make; a closed alert can only be reopened as New.
 TRANSITIONS: dict[str, frozenset[str]] = {
@@ -97,6 +97,11 @@ class AlertStore:
                 "detection_count INTEGER NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL)")
             db.conn.execute("CREATE INDEX IF NOT EXISTS alerts_group ON alerts (agent_id, indicator, status)")
             db.conn.execute("CREATE INDEX IF NOT EXISTS alerts_last ON alerts (last_ns)")
+            # Who moved an alert through triage, when, and why (the console records its user here).
+            db.conn.execute(
+                "CREATE TABLE IF NOT EXISTS alert_history (alert_id TEXT NOT NULL, at REAL NOT NULL, actor TEXT NOT NULL, "
+                "from_status TEXT NOT NULL, to_status TEXT NOT NULL, note TEXT NOT NULL)")
+            db.conn.execute("CREATE INDEX IF NOT EXISTS alert_history_alert ON alert_history (alert_id, at)")
         self._active = self._count_active()
 
     def _count_active(self) -> int:
@@ -165,20 +170,119 @@ class AlertStore:
                 (*params, limit)).fetchall()
         return [self._alert(r) for r in rows]
 
-    def set_status(self, alert_id: str, status: str) -> Alert | None:
-        """Apply a triage transition; None when there is no such alert; InvalidTransition when not allowed."""
+    def set_status(self, alert_id: str, status: str, *, actor: str = "admin-token", note: str = "") -> Alert | None:
+        """Apply a triage transition and record it; None when there is no such alert; InvalidTransition when not allowed."""
         with self._db.lock, self._db.conn:
             row = self._db.conn.execute("SELECT status FROM alerts WHERE id = ?", (alert_id,)).fetchone()
             if row is None:
                 return None
             if status not in TRANSITIONS[row[0]]:
                 raise InvalidTransition(row[0], status)
-            self._db.conn.execute("UPDATE alerts SET status = ?, updated_at = ? WHERE id = ?", (status, time.time(), alert_id))
+            now = time.time()
+            self._db.conn.execute("UPDATE alerts SET status = ?, updated_at = ? WHERE id = ?", (status, now, alert_id))
+            self._db.conn.execute("INSERT INTO alert_history VALUES (?, ?, ?, ?, ?, ?)",
+                                  (alert_id, now, actor, row[0], status, note))
         self._active = self._count_active()
         return self.get(alert_id)
 
+    def history(self, alert_id: str) -> list[dict[str, Any]]:
+        """Triage changes of one alert, oldest first: {at (epoch s), actor, from, to, note}."""
+        with self._db.lock:
+            rows = self._db.conn.execute(
+                "SELECT at, actor, from_status, to_status, note FROM alert_history WHERE alert_id = ? ORDER BY at, rowid",
+                (alert_id,)).fetchall()
+        return [{"at": r[0], "actor": r[1], "from": r[2], "to": r[3], "note": r[4]} for r in rows]
+
+    # -- the console's queries ----------------------------------------------------------------
+    def search(self, flt: AlertFilter, order: AlertOrder, limit: int) -> tuple[list[Alert], str | None, int]:
+        """One page in `order` after its cursor; returns (alerts, next cursor or None, total matches)."""
+        clauses, params = flt.where()
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        after, order_by, after_params = order.sql()
+        page_clauses = [*clauses, after] if after else clauses
+        page_where = f"WHERE {' AND '.join(page_clauses)}" if page_clauses else ""
+        with self._db.lock:
+            total = int(self._db.conn.execute(f"SELECT COUNT(*) FROM alerts {where}", params).fetchone()[0])
+            rows = self._db.conn.execute(f"SELECT {_COLUMNS} FROM alerts {page_where} {order_by} LIMIT ?",
+                                         (*params, *after_params, limit + 1)).fetchall()
+        alerts = [self._alert(r) for r in rows[:limit]]
+        cursor = None
+        if len(rows) > limit and alerts:
+            last = alerts[-1]
+            value = {"last_ns": last.last_ns, "first_ns": last.first_ns, "severity": last.severity}[order.column]
+            cursor = order.cursor_for(value, last.id)
+        return alerts, cursor, total
+
+    def groups(self, flt: AlertFilter, limit: int, sample: int = 10) -> list[dict[str, Any]]:
+        """Matches grouped by category + agent + indicator, newest group first."""
+        clauses, params = flt.where()
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        status_sums = ", ".join(f"SUM(status = '{s}')" for s in STATUSES)
+        with self._db.lock:
+            rows = self._db.conn.execute(
+                f"SELECT category, agent_id, indicator, COUNT(*), MIN(first_ns), MAX(last_ns), MAX(severity), {status_sums} "
+                f"FROM alerts {where} GROUP BY category, agent_id, indicator ORDER BY MAX(last_ns) DESC LIMIT ?",
+                (*params, limit)).fetchall()
+            ids = self._db.conn.execute(
+                f"SELECT category, agent_id, indicator, id FROM (SELECT category, agent_id, indicator, id, ROW_NUMBER() "
+                f"OVER (PARTITION BY category, agent_id, indicator ORDER BY last_ns DESC, id DESC) AS n FROM alerts {where}) "
+                "WHERE n <= ?", (*params, sample)).fetchall()
+        samples: dict[tuple[str, str, str], list[str]] = {}
+        for category, agent_id, indicator, alert_id in ids:
+            samples.setdefault((category, agent_id, indicator), []).append(alert_id)
+        return [{"category": r[0], "agent_id": r[1], "indicator": r[2], "count": r[3], "first_ns": r[4], "last_ns": r[5],
+                 "severity": r[6], "statuses": {s: int(n or 0) for s, n in zip(STATUSES, r[7:]) if n},
+                 "alert_ids": samples.get((r[0], r[1], r[2]), [])} for r in rows]
+
+    def matching(self, flt: AlertFilter, cap: int) -> list[Alert]:
+        """Every match (at most `cap`), newest first: what an export writes."""
+        clauses, params = flt.where()
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        with self._db.lock:
+            rows = self._db.conn.execute(f"SELECT {_COLUMNS} FROM alerts {where} ORDER BY last_ns DESC, id DESC LIMIT ?",
+                                         (*params, cap)).fetchall()
+        return [self._alert(r) for r in rows]
+
+    def bulk_status(self, flt: AlertFilter, status: str, *, actor: str, note: str = "") -> dict[str, int]:
+        """Move every match that may go to `status` there, in one transaction; the others are counted as skipped."""
+        clauses, params = flt.where()
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        allowed_from = [s for s, targets in TRANSITIONS.items() if status in targets]
+        with self._db.lock, self._db.conn:
+            rows = self._db.conn.execute(f"SELECT id, status FROM alerts {where}", params).fetchall()
+            now = time.time()
+            movable = [(alert_id, current) for alert_id, current in rows if current in allowed_from]
+            self._db.conn.executemany("UPDATE alerts SET status = ?, updated_at = ? WHERE id = ?",
+                                      [(status, now, alert_id) for alert_id, _ in movable])
+            self._db.conn.executemany("INSERT INTO alert_history VALUES (?, ?, ?, ?, ?, ?)",
+                                      [(alert_id, now, actor, current, status, note) for alert_id, current in movable])
+        self._active = self._count_active()
+        return {"matched": len(rows), "changed": len(movable), "skipped": len(rows) - len(movable)}
+
+    # -- retention ----------------------------------------------------------------------------
+    def delete_older_than(self, cutoff: float) -> int:
+        """Delete alerts last changed before `cutoff` (epoch seconds) with their history."""
+        with self._db.lock, self._db.conn:
+            self._db.conn.execute(
+                "DELETE FROM alert_history WHERE alert_id IN (SELECT id FROM alerts WHERE updated_at < ?)", (cutoff,))
+            deleted = self._db.conn.execute("DELETE FROM alerts WHERE updated_at < ?", (cutoff,)).rowcount
+        self._active = self._count_active()
+        return int(deleted)
+
+    def delete_oldest(self, count: int) -> int:
+        """Delete the `count` least recently changed alerts, closed ones first (the storage cap)."""
+        with self._db.lock, self._db.conn:
+            ids = [r[0] for r in self._db.conn.execute(
+                "SELECT id FROM alerts ORDER BY status IN ('Resolved', 'FalsePositive') DESC, updated_at ASC LIMIT ?",
+                (count,)).fetchall()]
+            self._db.conn.executemany("DELETE FROM alert_history WHERE alert_id = ?", [(i,) for i in ids])
+            self._db.conn.executemany("DELETE FROM alerts WHERE id = ?", [(i,) for i in ids])
+        self._active = self._count_active()
+        return len(ids)
+
     def delete(self, alert_id: str) -> bool:
         with self._db.lock, self._db.conn:
+            self._db.conn.execute("DELETE FROM alert_history WHERE alert_id = ?", (alert_id,))
             deleted = self._db.conn.execute("DELETE FROM alerts WHERE id = ?", (alert_id,)).rowcount
         self._active = self._count_active()
         return bool(deleted)

@@ -42,6 +42,14 @@ class DgaConfig(_Section):
     min_suspicious_share: Ratio = 0.5  # of the agent's new registered domains in the window
     nxdomain_ratio: Ratio = 0.5  # NXDOMAIN share of the agent's answered queries that is evidence
     nxdomain_min_responses: Count = 20
+    # The short-burst signals (dga_signals.py): unresolved never-seen domains, and their name shapes.
+    burst_window_s: Seconds = 300.0
+    burst_min_domains: Count = 6  # unresolved unknown registered domains per agent per burst window
+    burst_baseline_factor: Annotated[float, Field(ge=1, le=100)] = 3.0  # times the agent's usual count per window
+    common_domain_agents: Annotated[int, Field(ge=2, le=1_000_000)] = 3  # this many agents asking: not unknown
+    prevalence_window_s: Seconds = 3600.0
+    lexical_min_domains: Count = 5  # unresolved unknown domains with a DGA name shape
+    lexical_min_share: Ratio = 0.6  # of the unresolved unknown domains in the window
 
 
 class DnsFloodConfig(_Section):

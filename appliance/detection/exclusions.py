@@ -6,21 +6,38 @@ agent scope. A domain entry covers the domain and every subdomain (`example.com`
 (dns, http, tls, icmp) or its transport (tcp, udp, icmp); `any` matches all. So a dns-scoped
 `example.com` drops DNS detections about example.com but not TLS detections toward it, and a
 tcp-scoped address covers TLS and HTTP detections to it. Changes apply to the next detection.
+
+A blanket entry (`0.0.0.0/0`, `::/0`, any network wider than an IPv4 /8 or an IPv6 /7, or a public
+suffix such as `co.uk`) switches detection off for a large part of the world at once, so it is
+refused unless the caller confirms it, and while one is active it is reported as a warning.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 import time
 import uuid
 from dataclasses import asdict, dataclass
+
+from publicsuffixlist import PublicSuffixList
 
 from appliance.detection.database import DetectionDatabase
 from appliance.model import Detection
 
 SCOPES = ("dns", "http", "tls", "icmp", "tcp", "udp", "any")
 _DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+log = logging.getLogger(__name__)
+
+# Networks wider than these (shorter prefixes) are blanket: 10.0.0.0/8 and fc00::/7 are ordinary.
+BLANKET_PREFIX = {4: 8, 6: 7}
+
+
+class BlanketExclusion(ValueError):
+    """A blanket exclusion was requested without `confirm_blanket`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +49,16 @@ class Exclusion:
     agent_id: str | None
     comment: str
     created_at: float
+
+
+def is_blanket(kind: str, value: str, suffixes: PublicSuffixList) -> bool:
+    """Whether an entry covers a large part of the world (see the module docstring)."""
+    if kind == "cidr":
+        net = ipaddress.ip_network(value)
+        return net.prefixlen < BLANKET_PREFIX[net.version]
+    if kind == "domain":
+        return bool(suffixes.is_public(value))
+    return False
 
 
 def classify(value: str) -> tuple[str, str]:
@@ -105,6 +132,7 @@ class ExclusionStore:
 
     def __init__(self, db: DetectionDatabase) -> None:
         self._db = db
+        self._suffixes = PublicSuffixList(accept_unknown=False)
         with db.lock, db.conn:
             db.conn.execute("CREATE TABLE IF NOT EXISTS exclusions (id TEXT PRIMARY KEY, value TEXT NOT NULL, "
                             "kind TEXT NOT NULL, protocol TEXT NOT NULL, agent_id TEXT, comment TEXT NOT NULL, "
@@ -120,14 +148,22 @@ class ExclusionStore:
     def all(self) -> list[Exclusion]:
         return list(self._compiled.entries)
 
-    def add(self, value: str, protocol: str, agent_id: str | None, comment: str) -> Exclusion:
+    def add(self, value: str, protocol: str, agent_id: str | None, comment: str,
+            confirm_blanket: bool = False) -> Exclusion:
         kind, normalised = classify(value)
         if protocol not in SCOPES:
             raise ValueError(f"protocol must be one of {', '.join(SCOPES)} (got {protocol!r})")
+        if is_blanket(kind, normalised, self._suffixes) and not confirm_blanket:
+            raise BlanketExclusion(f"{normalised} is a blanket exclusion: it would switch detection off for "
+                                   f"{'every address' if normalised in ('0.0.0.0/0', '::/0') else 'a large part of the world'}; "
+                                   "send confirm_blanket: true to add it anyway")
         entry = Exclusion(str(uuid.uuid4()), normalised, kind, protocol, agent_id or None, comment, time.time())
         with self._db.lock, self._db.conn:
             self._db.conn.execute("INSERT INTO exclusions VALUES (?, ?, ?, ?, ?, ?, ?)", tuple(asdict(entry).values()))
         self._compiled = _Compiled(self._load())
+        if confirm_blanket and self.is_blanket(entry):
+            log.warning("blanket exclusion added value=%s protocol=%s agent=%s: detection is off for what it covers",
+                        entry.value, entry.protocol, entry.agent_id)
         return entry
 
     def delete(self, entry_id: str) -> bool:
@@ -135,6 +171,19 @@ class ExclusionStore:
             deleted = self._db.conn.execute("DELETE FROM exclusions WHERE id = ?", (entry_id,)).rowcount
         self._compiled = _Compiled(self._load())
         return bool(deleted)
+
+    def blanket(self) -> list[Exclusion]:
+        """The active blanket entries (confirmed ones, and any stored before confirmation existed)."""
+        return [e for e in self._compiled.entries if is_blanket(e.kind, e.value, self._suffixes)]
+
+    def is_blanket(self, entry: Exclusion) -> bool:
+        return is_blanket(entry.kind, entry.value, self._suffixes)
+
+    def warnings(self) -> list[str]:
+        """One line per active blanket entry, for the status document."""
+        return [f"blanket exclusion active: {e.value} (protocol {e.protocol}"
+                f"{', agent ' + e.agent_id if e.agent_id else ''}) switches detection off for what it covers"
+                for e in self.blanket()]
 
     def allows(self, detection: Detection) -> bool:
         """The pipeline's detection filter: False drops the detection."""

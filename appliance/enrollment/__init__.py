@@ -10,10 +10,12 @@ from appliance.enrollment.service import (
     PayloadMissing,
     StreamGate,
     default_endpoints,
+    request_host,
 )
 from appliance.enrollment.store import EnrollmentError, EnrollmentStore, TokenRefused
 
 __all__ = [
     "AGENT_BINARIES", "DRIVER_FILES", "Endpoints", "EnrollmentError", "EnrollmentScript", "EnrollmentService",
     "EnrollmentStore", "NewToken", "PayloadMissing", "StreamGate", "TokenRefused", "default_endpoints",
+    "request_host",
 ]

@@ -70,6 +70,7 @@ SLOTS: dict[str, Callable[[str], bool]] = {
     "OS_KIND": _regex(r"linux|macos|windows"),
     "HAS_DRIVER": _regex(r"true|false"),
     "AGENT_PATHS": _regex(r"[A-Za-z0-9._/-]+( [A-Za-z0-9._/-]+)*"),
+    "PAYLOAD_SHA256": _regex(r"[A-Za-z0-9._/-]+=[0-9a-f]{64}( [A-Za-z0-9._/-]+=[0-9a-f]{64})*"),
     "GENERATED_AT": _regex(r"[0-9TZ:.+-]{10,40}"),
 }
 

@@ -8,6 +8,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit
@@ -36,8 +37,33 @@ AGENT_BINARIES: dict[str, tuple[str, ...]] = {
 }
 DRIVER_FILES = tuple(f"driver/sensor-driver.{ext}" for ext in ("sys", "inf", "cat", "cer"))
 
+# The first statement of the Windows command: without elevation it stops before anything is fetched,
+# so the single-use token is not spent (the script it would fetch cannot install anything then).
+ELEVATION_CHECK = (
+    "if(-not([Security.Principal.WindowsPrincipal][Security.Principal.WindowsIdentity]::GetCurrent())"
+    ".IsInRole([Security.Principal.WindowsBuiltInRole]::Administrator)){"
+    "throw 'enroll: this must run elevated: open PowerShell with \"Run as administrator\" and paste the command "
+    "again. Nothing was downloaded; the token is still valid.'};"
+)
+
 _TEMPLATES = {"windows": ("windows/enroll.ps1", quote_powershell), "linux": ("unix/enroll.sh", quote_sh),
               "macos": ("unix/enroll.sh", quote_sh)}
+
+
+# What an admin does when /static holds no agent for a system (the 409 of an enrollment says it).
+_PUSH = ('push it with SENSOR_DEPLOY_TOKEN set on the appliance: curl --cacert <certs_dir>/ca.pem -H "Authorization: '
+         'Bearer $SENSOR_DEPLOY_TOKEN" -F "file=@{file};filename=agents/{os}-amd64/{file}" '
+         'https://<appliance>:<rest port>/api/v1/artifacts (arm64: agents/{os}-arm64/). The token stays usable')
+HOW_TO_PROVIDE = {
+    "linux": "the appliance holds no linux agent: run `make agents` on the appliance (`make run` does it), or build "
+             "packaging/pyinstaller/sensor-agent-linux.spec on a Linux machine and " + _PUSH.format(file="sensor-agent", os="linux"),
+    "windows": "the appliance holds no windows agent: build it on Windows (the windows job of .github/workflows/agents.yml, "
+               "or `pyinstaller packaging/pyinstaller/sensor-agent-windows.spec`) and "
+               + _PUSH.format(file="sensor-agent.exe", os="windows"),
+    "macos": "the appliance holds no macos agent: build it on a Mac (the macos job of .github/workflows/agents.yml, "
+             "or `pyinstaller packaging/pyinstaller/sensor-agent-macos.spec`) and "
+             + _PUSH.format(file="sensor-agent", os="macos"),
+}
 
 
 class PayloadMissing(EnrollmentError):
@@ -51,6 +77,25 @@ class Endpoints:
     base_url: str
     target_url: str
 
+    @property
+    def loopback(self) -> bool:
+        """True when the base URL names this machine only (localhost, 127.0.0.0/8, ::1): no other machine can use it."""
+        host = (urlsplit(self.base_url).hostname or "").rstrip(".").lower()
+        if host == "localhost" or host.endswith(".localhost"):
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    def loopback_warning(self) -> str:
+        """What the admin should know about commands that use a loopback address ("" otherwise)."""
+        if not self.loopback:
+            return ""
+        return (f"The commands use {self.base_url}, which only this machine can reach. To enroll another machine, "
+                "create the token through an address that machine reaches (https://<appliance address>:<port>/"
+                "api/v1/agent/tokens), or set enrollment.base_url.")
+
 
 @dataclass(frozen=True)
 class NewToken:
@@ -58,6 +103,8 @@ class NewToken:
     expires_at: float
     command: str
     command_unix: str
+    base_url: str
+    warning: str = ""  # set when the commands use a loopback address
 
 
 @dataclass(frozen=True)
@@ -100,7 +147,7 @@ class EnrollmentService:
         artifacts: ArtifactStore,
         *,
         template_dir: Path,
-        endpoints: Callable[[], Endpoints],
+        endpoints: Callable[[str], Endpoints],
         token_ttl_s: float,
         cert_days: int,
         product: str,
@@ -117,17 +164,25 @@ class EnrollmentService:
         self._templates = {kind: Template.load(template_dir / rel, quoting) for kind, (rel, quoting) in _TEMPLATES.items()}
 
     # -- tokens ----------------------------------------------------------------------------
-    def create_token(self, ttl_s: float | None = None) -> NewToken:
+    def create_token(self, ttl_s: float | None = None, request_host: str = "") -> NewToken:
+        """A token and its commands; `request_host` (host[:port] the admin used) is their address
+        unless enrollment.base_url is set."""
+        endpoints = self.endpoints(request_host)
         token = str(uuid.uuid4())
         now = self._clock()
         expires = now + (ttl_s if ttl_s is not None else self._ttl)
         self.store.add_token(token, now, expires)
-        log.info("enrollment token created prefix=%s expires=%s", token[:6], iso(expires))
-        return NewToken(token, expires, self.windows_command(token), self.unix_command(token))
+        warning = endpoints.loopback_warning()
+        log.info("enrollment token created prefix=%s expires=%s base_url=%s", token[:6], iso(expires),
+                 endpoints.base_url)
+        if warning:
+            log.warning("enrollment token prefix=%s: %s", token[:6], warning)
+        return NewToken(token, expires, self.windows_command(token, endpoints), self.unix_command(token, endpoints),
+                        endpoints.base_url, warning)
 
-    def endpoints(self) -> Endpoints:
+    def endpoints(self, request_host: str = "") -> Endpoints:
         """The configured or default endpoints, checked like any other script value."""
-        endpoints = self._endpoints()
+        endpoints = self._endpoints(request_host)
         for name, value in (("enrollment.base_url", endpoints.base_url), ("enrollment.grpc_url", endpoints.target_url)):
             if not SLOTS["BASE_URL"](value):
                 raise EnrollmentError(f"{name}: {value[:80]!r} is not a plain http(s)://host[:port][/path] URL")
@@ -141,12 +196,13 @@ class EnrollmentService:
         digest.update(spki)
         return cert.fingerprint(hashes.SHA256()).hex(), _b64(digest.finalize())
 
-    def windows_command(self, token: str) -> str:
+    def windows_command(self, token: str, endpoints: Endpoints | None = None) -> str:
         """One line of PowerShell (5.1 and 7): fetch the script with the server certificate pinned, run it."""
-        url = f"{self.endpoints().base_url}/api/v1/enroll/windows?token={quote(token)}"
+        url = f"{(endpoints or self.endpoints()).base_url}/api/v1/enroll/windows?token={quote(token)}"
         cert_sha, _ = self.server_pins()
         return (
             "$ErrorActionPreference='Stop';"
+            + ELEVATION_CHECK +
             "[Net.ServicePointManager]::SecurityProtocol=[Net.ServicePointManager]::SecurityProtocol -bor 3072;"
             "if(-not('SensorPin' -as [type])){Add-Type -TypeDefinition 'public static class SensorPin{"
             "public static string Fp=\"\";"
@@ -159,14 +215,17 @@ class EnrollmentService:
             f"[SensorPin]::Fp='{cert_sha}';"
             f"$r=[Net.HttpWebRequest]::Create('{quote_powershell(url)}');"
             "$r.ServerCertificateValidationCallback=[SensorPin]::Callback;"
-            "$s=(New-Object IO.StreamReader($r.GetResponse().GetResponseStream())).ReadToEnd();"
+            # An error answer (409: no agent for Windows yet) is shown with the appliance's own sentence.
+            "try{$p=$r.GetResponse()}catch [Net.WebException]{if($_.Exception.Response){"
+            "throw (New-Object IO.StreamReader($_.Exception.Response.GetResponseStream())).ReadToEnd()};throw};"
+            "$s=(New-Object IO.StreamReader($p.GetResponseStream())).ReadToEnd();"
             "& ([scriptblock]::Create($s))"
         )
 
-    def unix_command(self, token: str) -> str:
+    def unix_command(self, token: str, endpoints: Endpoints | None = None) -> str:
         """One line of POSIX sh for Linux and macOS: curl pinned to the server key, piped into a root sh."""
         _, spki = self.server_pins()
-        base = self.endpoints().base_url  # validated: no quote, $, backtick or backslash can be in it
+        base = (endpoints or self.endpoints()).base_url  # validated: no quote, $, backtick or backslash can be in it
         return (
             f"curl -fsS -k --pinnedpubkey 'sha256//{spki}' "
             f"\"{base}/api/v1/enroll/$(uname -s | sed 's/Darwin/macos/;s/Linux/linux/')"
@@ -174,8 +233,9 @@ class EnrollmentService:
         )
 
     # -- enrollment --------------------------------------------------------------------------
-    def enroll(self, raw_token: str | None, os_kind: str, source: str) -> EnrollmentScript:
-        """Redeem a token once and return the script for `os_kind`.
+    def enroll(self, raw_token: str | None, os_kind: str, source: str, request_host: str = "") -> EnrollmentScript:
+        """Redeem a token once and return the script for `os_kind`; its URLs use `request_host` (the
+        address the machine itself reached) unless enrollment.base_url is set.
 
         TokenRefused for a malformed, unknown, expired or used token; PayloadMissing (token kept)
         when /static holds no agent for that system.
@@ -186,17 +246,19 @@ class EnrollmentService:
         template = self._templates[os_kind]
         now = self._clock()
         with self.store.redeem(token, now, source, os_kind) as prefix:
-            agents = [p for p in AGENT_BINARIES[os_kind] if self._artifacts.exists(p)]
+            payload = self._artifacts.scan().files
+            agents = [p for p in AGENT_BINARIES[os_kind] if p in payload and self._artifacts.exists(p)]
             if not agents:
-                raise PayloadMissing(f"the appliance holds no {os_kind} agent: push one with POST /api/v1/artifacts")
-            has_driver = os_kind == "windows" and all(self._artifacts.exists(p) for p in DRIVER_FILES)
+                raise PayloadMissing(HOW_TO_PROVIDE[os_kind])
+            has_driver = os_kind == "windows" and all(p in payload and self._artifacts.exists(p) for p in DRIVER_FILES)
+            downloads = agents + (list(DRIVER_FILES) if has_driver else [])
             issued = self._ca.issue_agent(f"sensor-agent-{prefix}", self._cert_days)
             self.store.add_certificate(
                 fingerprint=issued.fingerprint, serial=issued.serial, common_name=issued.common_name,
                 token_prefix=prefix, os_kind=os_kind, issued_at=now, not_after=issued.not_after.timestamp(),
                 cert_pem=issued.cert_pem.decode("ascii"),
             )
-            endpoints = self.endpoints()
+            endpoints = self.endpoints(request_host)
             cert_sha, spki = self.server_pins()
             text = template.render({
                 "PRODUCT": self._product,
@@ -212,6 +274,8 @@ class EnrollmentService:
                 "OS_KIND": os_kind,
                 "HAS_DRIVER": "true" if has_driver else "false",
                 "AGENT_PATHS": " ".join(agents),
+                # Every file the script downloads, with the sha256 of the payload manifest: checked before use.
+                "PAYLOAD_SHA256": " ".join(f"{p}={payload[p].sha256}" for p in downloads),
                 "GENERATED_AT": iso(now),
             })
         log.info("enrolled os=%s token=%s cn=%s serial=%x fingerprint=%s source=%s driver=%s",
@@ -270,11 +334,27 @@ class StreamGate:
             raise PermissionError(f"certificate revoked ({record.revoke_reason})")
 
 
+def request_host(header: str | None) -> str:
+    """The Host header as `host[:port]` when it is a plain host name or address (else ""): never trusted further."""
+    if not header or len(header) > 260:
+        return ""
+    try:
+        parts = urlsplit(f"https://{header}")
+        port = parts.port
+    except ValueError:
+        return ""
+    if parts.netloc != header or parts.username or parts.password or parts.path or not SLOTS["SERVER_NAME"](parts.hostname or ""):
+        return ""
+    return header if port is None or 0 < port < 65536 else ""
+
+
 def default_endpoints(base_url: str, grpc_url: str, first_name: str, rest_port: int, grpc_port: int,
-                      rest_tls: bool) -> Endpoints:
-    """Endpoints from config, defaulting to https://<first server name>:<port> for each service."""
+                      rest_tls: bool, request_host: str = "") -> Endpoints:
+    """Endpoints from config; without enrollment.base_url, the address the admin (or the machine) used to reach
+    the API (`request_host`, from the Host header), else https://<first server name>:<port>; gRPC on the same host."""
+    scheme = "https" if rest_tls else "http"
     host = f"[{first_name}]" if ":" in first_name else first_name
-    base = base_url.rstrip("/") or f"{'https' if rest_tls else 'http'}://{host}:{rest_port}"
+    base = base_url.rstrip("/") or (f"{scheme}://{request_host}" if request_host else f"{scheme}://{host}:{rest_port}")
     if grpc_url:
         target = grpc_url.rstrip("/")
     else:

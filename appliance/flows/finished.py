@@ -16,7 +16,8 @@ class FinishedFlows:
         self._lock = threading.Lock()
 
     def extend(self, flows: list[FlowRecord]) -> None:
-        self._ring.extend(flows)
+        with self._lock:  # retention rebuilds the ring under the lock
+            self._ring.extend(flows)
 
     def newest(self, agent_id: str | None, limit: int) -> list[FlowRecord]:
         with self._lock:
@@ -36,3 +37,13 @@ class FinishedFlows:
             if flow.flow_id == flow_id:
                 return flow
         return None
+
+    def drop_older_than(self, cutoff_ns: int) -> int:
+        """Forget finished flows last seen before `cutoff_ns` (retention); returns how many."""
+        with self._lock:
+            kept = [f for f in self._ring if f.last_ns >= cutoff_ns]
+            dropped = len(self._ring) - len(kept)
+            if dropped:
+                self._ring.clear()
+                self._ring.extend(kept)
+        return dropped

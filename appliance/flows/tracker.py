@@ -11,12 +11,18 @@ idle timeout, active timeout, TCP close, stream end, eviction under the flow cap
 expired flow is handed to `on_expire` (the analysis pipeline) exactly once. Flows ended by one
 call are handed over together, as one list: waking the analysis thread once per flow would cost
 more than tracking the flow did.
+
+Every flow record gets its own id (`FlowIds`): the 5-tuple hash is the same for a conversation's
+successive records (cut by the active timeout, or the same ports reused later), so it is kept as
+`community_id`, for pivoting, and never used to name one record.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
+import secrets
 import struct
 import threading
 import time
@@ -79,6 +85,7 @@ class FlowLimits:
     samples_per_flow: int = 8
     sample_bytes: int = 2048
     dns_per_flow: int = 64
+    max_flows_per_agent: int = 0  # 0: only max_flows; else an agent at its cap evicts its own oldest flow
 
 
 def flow_hash(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) -> bytes:
@@ -88,9 +95,24 @@ def flow_hash(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) -> 
     return hashlib.sha1(struct.pack("!HIIBBHH", 0, ip_a, ip_b, protocol, 0, port_a, port_b)).digest()
 
 
-def flow_id(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) -> str:
-    """Stable flow id: the same for both directions of a conversation (20 hex characters)."""
-    return flow_hash(protocol, ip_a, port_a, ip_b, port_b).hex()[:20]
+# Drawn once per process: ids of an earlier run (kept in detections) are never handed out again.
+PROCESS_PREFIX = secrets.token_hex(4)
+
+
+class FlowIds:
+    """Allocates flow record ids: 20 hex characters, `prefix` (8) then a counter (12), never reused.
+
+    Detections keep the ids of their flows in SQLite, so ids must not repeat after a restart: the
+    default prefix is random per process (`PROCESS_PREFIX`), the counter orders ids within it. Trackers fed the same packets allocate the same ids (the differential tests rely
+    on that); one process runs one tracker.
+    """
+
+    def __init__(self, prefix: str | None = None) -> None:
+        self._prefix = PROCESS_PREFIX if prefix is None else prefix
+        self._counter = itertools.count(1)
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._counter):012x}"
 
 
 def community_id(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) -> str:
@@ -115,8 +137,10 @@ class FlowTracker:
         timeouts: FlowTimeouts | None = None,
         limits: FlowLimits | None = None,
         on_dns_response: Callable[[str, DnsMessage], None] | None = None,
+        flow_ids: FlowIds | None = None,
     ) -> None:
         self._on_expire = on_expire
+        self._next_id = flow_ids or FlowIds()
         # DNS answers are wanted as they arrive (the resolver cache must know a name was resolved
         # before the connection to its address is analysed); they come from the one parse here.
         self._on_dns_response = on_dns_response
@@ -125,11 +149,20 @@ class FlowTracker:
         idle = self.timeouts.idle_ns()
         self._table = FlowTable(
             tuple(idle[c] for c in CLASSES), int(self.timeouts.active * _NS), int(self.timeouts.dns_active * _NS),
-            self.limits.max_flows, self.limits.samples_per_flow, _new_record, self._keep,
+            self.limits.max_flows, self.limits.samples_per_flow, self._new_record, self._keep,
+            max_flows_per_agent=self.limits.max_flows_per_agent,
         )
         self._sample_bytes = self.limits.sample_bytes
         self._dns_cap = self.limits.dns_per_flow
         self.lock = threading.Lock()
+
+    def _new_record(self, agent_id: str, protocol: int, local_ip: int, local_port: int, remote_ip: int,
+                    remote_port: int, ts: int) -> FlowRecord:
+        """The record of a new flow (called from C on a flow's first packet), under its own id."""
+        return FlowRecord(
+            self._next_id(), agent_id, protocol, _TRANSPORTS.get(protocol, Transport.OTHER),
+            local_ip, local_port, remote_ip, remote_port, ts, ts,
+        )
 
     def _keep(self, flow: FlowRecord, raw: RawPacket, sample: bool, is_dns: bool) -> bool:
         """Store a packet the flow keeps (a payload sample, a DNS message); True when a DNS flow is full.
@@ -229,6 +262,19 @@ class FlowTracker:
     def flows_evicted(self) -> int:
         return self._table.evicted
 
+    @property
+    def flows_evicted_agent_cap(self) -> int:
+        return self._table.evicted_agent_cap
+
+    @property
+    def flows_refused_bucket(self) -> int:
+        return self._table.bucket_refused
+
+    def longest_chain(self) -> int:
+        """The longest hash chain of the flow table (walks it: tests and benchmarks only)."""
+        with self.lock:
+            return self._table.longest_chain
+
     def snapshot(self, agent_id: str | None = None, limit: int = 100) -> list[FlowRecord]:
         """The newest `limit` live flows (by last packet time), optionally of one agent."""
         with self.lock:
@@ -237,12 +283,3 @@ class FlowTracker:
     def find(self, wanted_id: str) -> FlowRecord | None:
         with self.lock:
             return self._table.find(wanted_id)
-
-
-def _new_record(agent_id: str, protocol: int, local_ip: int, local_port: int, remote_ip: int,
-                remote_port: int, ts: int) -> FlowRecord:
-    """The record of a new flow (called from C on a flow's first packet)."""
-    return FlowRecord(
-        flow_id(protocol, local_ip, local_port, remote_ip, remote_port), agent_id, protocol,
-        _TRANSPORTS.get(protocol, Transport.OTHER), local_ip, local_port, remote_ip, remote_port, ts, ts,
-    )

@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from appliance.agents import AgentRegistry, AgentState
+from appliance.errors import ApplianceError
 from appliance.flows.tracker import FlowTracker
 from appliance.ingest.convert import PacketConverter, dns_event_to_message
 from appliance.ingest.identity import AgentIdentity
 from appliance.model import DnsMessage
 
 log = logging.getLogger(__name__)
+
+
+class TooManyStreams(ApplianceError):
+    """The agent identity already holds `max_streams_per_agent` open streams."""
+
+
+def stream_owner(identity: AgentIdentity) -> str:
+    """Whose streams count together: the client certificate under mTLS, else the agent id.
+
+    The machine id is the agent's own claim and costs nothing to vary; a certificate does not.
+    """
+    return "cert:" + identity.cert_fingerprint if identity.cert_fingerprint else "agent:" + identity.agent_id
 
 
 @dataclass(slots=True)
@@ -37,6 +50,7 @@ class IngestService:
         agents: AgentRegistry,
         on_dns_event: Callable[[str, DnsMessage], None] | None = None,
         process_history: int = 1000,
+        max_streams_per_agent: int = 0,
     ) -> None:
         self.converter = converter
         self.tracker = tracker
@@ -45,14 +59,33 @@ class IngestService:
         # DNS answers seen in packets feed the resolver cache before their flow ends (TLS checks need them).
         self._lock = threading.Lock()
         self.packets_received = 0
+        self.bytes_received = 0  # serialized packet bytes agents streamed (the console's totalBytes)
         self.packets_rejected = 0
         self.events_received = 0
         self.events_rejected = 0
+        self.events_malformed = 0  # event messages that did not decode (skipped; the stream goes on)
+        self.streams_refused = 0  # streams refused at max_streams_per_agent
+        self._max_streams_per_agent = max_streams_per_agent  # 0: no cap of its own
+        self._streams: Counter[str] = Counter()  # open streams per stream_owner
         self._process_history = process_history
         self.process_events: dict[str, deque[dict[str, object]]] = {}
         self.file_events: dict[str, deque[dict[str, object]]] = {}
 
     def open(self, identity: AgentIdentity) -> StreamSession:
+        """Start a stream of `identity`; TooManyStreams when its owner already holds its cap."""
+        owner = stream_owner(identity)
+        with self._lock:
+            if self._max_streams_per_agent and self._streams[owner] >= self._max_streams_per_agent:
+                self.streams_refused += 1
+                refused = True
+            else:
+                self._streams[owner] += 1
+                refused = False
+        if refused:
+            self.agents.stream_refused(identity.agent_id)
+            log.warning("stream refused agent=%s peer=%s reason=max_streams_per_agent (%d)", identity.agent_id,
+                        identity.remote_address, self._max_streams_per_agent)
+            raise TooManyStreams(f"this agent already holds {self._max_streams_per_agent} streams")
         state = self.agents.stream_opened(identity)
         self.tracker.stream_opened(identity.agent_id)
         log.info("stream opened agent=%s host=%s peer=%s", identity.agent_id, identity.hostname, identity.remote_address)
@@ -60,6 +93,11 @@ class IngestService:
 
     def close(self, session: StreamSession) -> None:
         """The stream ended or broke: flush the agent's flows into analysis."""
+        owner = stream_owner(session.identity)
+        with self._lock:
+            self._streams[owner] -= 1
+            if self._streams[owner] <= 0:
+                del self._streams[owner]
         self.tracker.stream_closed(session.identity.agent_id)
         self.agents.stream_closed(session.identity.agent_id)
         log.info(
@@ -70,11 +108,12 @@ class IngestService:
     def packet_bytes(self, session: StreamSession, data: bytes, batched: bool) -> None:
         """Convert and track one serialized PacketBatch (or NetworkPacket) of one stream."""
         accepted, rejected = self.tracker.add_wire(session.identity.agent_id, self.converter, data, batched)
-        self._count_packets(session, accepted, rejected)
+        self._count_packets(session, accepted, rejected, len(data))
 
-    def _count_packets(self, session: StreamSession, accepted: int, rejected: int) -> None:
+    def _count_packets(self, session: StreamSession, accepted: int, rejected: int, nbytes: int = 0) -> None:
         with self._lock:
             self.packets_received += accepted
+            self.bytes_received += nbytes
             self.packets_rejected += rejected
         session.accepted += accepted
         session.rejected += rejected
@@ -85,6 +124,14 @@ class IngestService:
         self._count_event(session, converted is not None)
         if converted is not None and self._on_dns_event is not None:
             self._on_dns_event(session.identity.agent_id, converted)
+
+    def malformed_event(self, session: StreamSession) -> None:
+        """An event message that did not decode: skipped and counted, the stream goes on."""
+        with self._lock:
+            self.events_malformed += 1
+            self.events_rejected += 1
+        session.rejected += 1
+        self.agents.event_malformed(session.agent)
 
     def _event_ring(self, table: dict[str, deque[dict[str, object]]], agent_id: str) -> deque[dict[str, object]]:
         ring = table.get(agent_id)

@@ -6,12 +6,14 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from appliance.generated import sensor_pb2, sensor_pb2_grpc
 from appliance.ingest.identity import AgentIdentity
-from appliance.ingest.service import IngestService, StreamSession
+from appliance.ingest.service import IngestService, StreamSession, TooManyStreams
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +53,11 @@ class SensorServicer(sensor_pb2_grpc.SensorServiceServicer):
             except PermissionError as err:
                 log.warning("stream refused agent=%s peer=%s reason=%s", identity.agent_id, identity.remote_address, err)
                 context.abort(grpc.StatusCode.PERMISSION_DENIED, str(err))
-        return self._ingest.open(identity)
+        try:
+            return self._ingest.open(identity)
+        except TooManyStreams as err:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err))
+            raise  # abort raises; this line only tells type checkers
 
     def _reply(self, session: StreamSession) -> sensor_pb2.StreamResponse:
         return sensor_pb2.StreamResponse(
@@ -78,11 +84,27 @@ class SensorServicer(sensor_pb2_grpc.SensorServiceServicer):
     def StreamPacketBatches(self, request_iterator, context):  # noqa: N802
         return self._consume(request_iterator, context, lambda s, data: self._ingest.packet_bytes(s, data, batched=True))
 
+    # Event streams also receive bytes and decode each message here: a message that does not
+    # decode is skipped and counted, where a deserializer in gRPC would end the stream (INTERNAL).
+    def _decoded(self, session: StreamSession, data: bytes, message_type: Any) -> Any:
+        try:
+            return message_type.FromString(data)
+        except DecodeError:
+            self._ingest.malformed_event(session)
+            return None
+
     def StreamDnsEvents(self, request_iterator, context):  # noqa: N802
-        return self._consume(request_iterator, context, self._ingest.dns_event)
+        def handle(session: StreamSession, data: bytes) -> None:
+            m = self._decoded(session, data, sensor_pb2.DnsEvent)
+            if m is not None:
+                self._ingest.dns_event(session, m)
+        return self._consume(request_iterator, context, handle)
 
     def StreamProcesses(self, request_iterator, context):  # noqa: N802
-        def handle(session: StreamSession, m: sensor_pb2.ProcessEvent) -> None:
+        def handle(session: StreamSession, data: bytes) -> None:
+            m = self._decoded(session, data, sensor_pb2.ProcessEvent)
+            if m is None:
+                return
             self._ingest.process_event(session, {
                 "kind": _PROCESS_KINDS.get(m.kind, ""), "timestamp_ms": m.timestamp, "pid": m.pid,
                 "ppid": m.ppid, "name": m.name[:256], "path": m.path[:4096],
@@ -91,7 +113,10 @@ class SensorServicer(sensor_pb2_grpc.SensorServiceServicer):
         return self._consume(request_iterator, context, handle)
 
     def StreamFileEvents(self, request_iterator, context):  # noqa: N802
-        def handle(session: StreamSession, m: sensor_pb2.FileEvent) -> None:
+        def handle(session: StreamSession, data: bytes) -> None:
+            m = self._decoded(session, data, sensor_pb2.FileEvent)
+            if m is None:
+                return
             self._ingest.file_event(session, {
                 "kind": _FILE_KINDS.get(m.kind, ""), "timestamp_ms": m.timestamp, "pid": m.pid,
                 "process_name": m.process_name[:256], "path": m.path[:4096], "new_path": m.new_path[:4096],
@@ -101,16 +126,15 @@ class SensorServicer(sensor_pb2_grpc.SensorServiceServicer):
 
 
 _SERVICE = "sensor.SensorService"
-_RAW_REQUESTS = frozenset({"StreamPackets", "StreamPacketBatches"})
 
 
 def _handlers(servicer: SensorServicer) -> dict[str, grpc.RpcMethodHandler]:
-    """The generated method table, except that packet streams get their requests undeserialized."""
+    """The generated method table with every request left undeserialized (the servicer decodes)."""
     service = sensor_pb2.DESCRIPTOR.services_by_name["SensorService"]
     return {
         method.name: grpc.stream_unary_rpc_method_handler(
             getattr(servicer, method.name),
-            request_deserializer=None if method.name in _RAW_REQUESTS else getattr(sensor_pb2, method.input_type.name).FromString,
+            request_deserializer=None,
             response_serializer=sensor_pb2.StreamResponse.SerializeToString,
         )
         for method in service.methods

@@ -578,11 +578,18 @@ typedef struct {
     PyObject *agents; /* dict: agent id -> int (Agent pointer) */
     uint64_t next_serial;
     int64_t idle_ns[NCLS], active_ns, dns_active_ns;
-    Py_ssize_t max_flows;
+    Py_ssize_t max_flows, max_per_agent;
     uint32_t samples_cap;
     PyObject *factory, *keep, *ended;
     unsigned long long created, expired, evicted;
+    unsigned long long evicted_agent_cap; /* flows ended because their agent was at its own cap */
+    unsigned long long bucket_refused;    /* new flows refused because their hash chain was full */
 } FlowTable;
+
+/* Longest hash chain a lookup walks. With the keyed hash and a load factor of at most 1 a chain
+ * this long does not happen by chance (the longest of 200,000 flows is about 8); only someone
+ * who knows the key could build one, and then the new flow is refused and counted instead. */
+#define MAX_CHAIN 32
 
 static double monotonic_now(void)
 {
@@ -591,21 +598,41 @@ static double monotonic_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static inline uint64_t mix64(uint64_t x)
+/* The flow hash is SipHash-1-3 (the variant CPython uses for str and bytes) keyed with 128 random
+ * bits drawn from os.urandom when the module is imported. The 5-tuples are chosen by whoever
+ * sends the traffic; with an unkeyed hash anyone can compute tuples that share a bucket and
+ * turn every lookup into a walk of one long chain under the tracker lock. */
+static uint64_t siphash_k0, siphash_k1;
+
+#define ROTL64(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                   \
+    do {                                                                                           \
+        v0 += v1; v1 = ROTL64(v1, 13); v1 ^= v0; v0 = ROTL64(v0, 32);                              \
+        v2 += v3; v3 = ROTL64(v3, 16); v3 ^= v2;                                                   \
+        v0 += v3; v3 = ROTL64(v3, 21); v3 ^= v0;                                                   \
+        v2 += v1; v1 = ROTL64(v1, 17); v1 ^= v2; v2 = ROTL64(v2, 32);                              \
+    } while (0)
+
+/* SipHash-1-3 of three little-endian 64-bit words (a 24-byte message). */
+static inline uint64_t siphash13_3(uint64_t m0, uint64_t m1, uint64_t m2)
 {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
+    uint64_t v0 = siphash_k0 ^ 0x736f6d6570736575ULL, v1 = siphash_k1 ^ 0x646f72616e646f6dULL;
+    uint64_t v2 = siphash_k0 ^ 0x6c7967656e657261ULL, v3 = siphash_k1 ^ 0x7465646279746573ULL;
+    const uint64_t last = (uint64_t)24 << 56;
+    v3 ^= m0; SIPROUND; v0 ^= m0;
+    v3 ^= m1; SIPROUND; v0 ^= m1;
+    v3 ^= m2; SIPROUND; v0 ^= m2;
+    v3 ^= last; SIPROUND; v0 ^= last;
+    v2 ^= 0xff;
+    SIPROUND; SIPROUND; SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
 }
 
 static inline uint64_t flow_hash(uint64_t serial, const Pkt *p)
 {
     uint64_t a = ((uint64_t)p->local_ip << 32) | p->remote_ip;
     uint64_t b = ((uint64_t)p->protocol << 32) | ((uint64_t)p->local_port << 16) | p->remote_port;
-    return mix64(mix64(a ^ (serial * 0x9e3779b97f4a7c15ULL)) ^ b);
+    return siphash13_3(serial, a, b);
 }
 
 static int table_grow(FlowTable *t)
@@ -751,6 +778,21 @@ static int evict_oldest(FlowTable *t)
     return best ? end_flow(t, best, end_strings[E_EVICTED]) : 0;
 }
 
+/* Evict the agent's own flow idle longest: one agent at its cap makes room from its own flows. */
+static int evict_agent_oldest(FlowTable *t, Agent *a)
+{
+    Flow *best = NULL;
+    for (int c = 0; c < NCLS; c++) {
+        Flow *f = a->head[c];
+        if (f && (best == NULL || f->last < best->last))
+            best = f;
+    }
+    if (best == NULL)
+        return 0;
+    t->evicted_agent_cap++;
+    return end_flow(t, best, end_strings[E_EVICTED]);
+}
+
 static Agent *agent_lookup(FlowTable *t, PyObject *id)
 {
     PyObject *ptr = PyDict_GetItemWithError(t->agents, id);
@@ -827,6 +869,8 @@ typedef struct {
 
 static Flow *new_flow(FlowTable *t, Agent *a, const Pkt *p, uint64_t hash, int cls, int is_dns)
 {
+    if (a->count >= t->max_per_agent && evict_agent_oldest(t, a) < 0)
+        return NULL;
     if (t->count >= t->max_flows && evict_oldest(t) < 0)
         return NULL;
     PyObject *record = PyObject_CallFunction(t->factory, "OIIIIIL", a->id, p->protocol, p->local_ip, p->local_port,
@@ -880,10 +924,17 @@ static int track(void *ctx, Pkt *p)
     }
     uint64_t hash = flow_hash(a->serial, p);
     Flow *f = t->buckets[hash & t->mask];
+    int chain = 0;
     while (f && !(f->hash == hash && f->agent == a && f->local_ip == p->local_ip && f->remote_ip == p->remote_ip &&
-                  f->local_port == p->local_port && f->remote_port == p->remote_port && f->protocol == p->protocol))
+                  f->local_port == p->local_port && f->remote_port == p->remote_port && f->protocol == p->protocol)) {
         f = f->hnext;
+        chain++;
+    }
     if (f == NULL) {
+        if (chain >= MAX_CHAIN) {
+            t->bucket_refused++;
+            return 0;
+        }
         f = new_flow(t, a, p, hash, cls, is_dns);
         if (f == NULL)
             return -1;
@@ -1222,12 +1273,13 @@ static PyObject *table_find(FlowTable *self, PyObject *wanted)
 static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"idle_ns", "active_ns", "dns_active_ns", "max_flows", "samples_per_flow",
-                             "factory", "keep", NULL};
+                             "factory", "keep", "max_flows_per_agent", NULL};
     long long idle[NCLS], active, dns_active;
-    Py_ssize_t max_flows, samples;
+    Py_ssize_t max_flows, samples, max_per_agent = 0;
     PyObject *factory, *keep;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO", kwlist, &idle[0], &idle[1], &idle[2], &idle[3],
-                                     &idle[4], &active, &dns_active, &max_flows, &samples, &factory, &keep))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO|n", kwlist, &idle[0], &idle[1], &idle[2], &idle[3],
+                                     &idle[4], &active, &dns_active, &max_flows, &samples, &factory, &keep,
+                                     &max_per_agent))
         return -1;
     if (!PyCallable_Check(factory) || !PyCallable_Check(keep)) {
         PyErr_SetString(PyExc_TypeError, "factory and keep must be callable");
@@ -1246,6 +1298,8 @@ static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
     self->active_ns = active;
     self->dns_active_ns = dns_active;
     self->max_flows = max_flows;
+    /* 0: no cap of its own, only the table's */
+    self->max_per_agent = max_per_agent > 0 && max_per_agent < max_flows ? max_per_agent : max_flows;
     self->samples_cap = (uint32_t)samples;
     self->buckets = PyMem_Calloc(1024, sizeof(Flow *));
     self->mask = 1023;
@@ -1313,6 +1367,28 @@ static PyObject *table_get_count(FlowTable *self, void *closure) { return PyLong
 static PyObject *table_get_created(FlowTable *self, void *closure) { return PyLong_FromUnsignedLongLong(self->created); }
 static PyObject *table_get_expired(FlowTable *self, void *closure) { return PyLong_FromUnsignedLongLong(self->expired); }
 static PyObject *table_get_evicted(FlowTable *self, void *closure) { return PyLong_FromUnsignedLongLong(self->evicted); }
+static PyObject *table_get_evicted_agent_cap(FlowTable *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(self->evicted_agent_cap);
+}
+static PyObject *table_get_bucket_refused(FlowTable *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(self->bucket_refused);
+}
+
+/* The longest hash chain now (a check for tests and benchmarks; walks the whole table). */
+static PyObject *table_get_longest_chain(FlowTable *self, void *closure)
+{
+    Py_ssize_t longest = 0;
+    for (size_t i = 0; i <= self->mask; i++) {
+        Py_ssize_t n = 0;
+        for (Flow *f = self->buckets[i]; f; f = f->hnext)
+            n++;
+        if (n > longest)
+            longest = n;
+    }
+    return PyLong_FromSsize_t(longest);
+}
 
 static PyMethodDef table_methods[] = {
     {"add_packets", (PyCFunction)table_add_packets, METH_VARARGS, "add_packets(agent_id, raw_packets)"},
@@ -1333,6 +1409,9 @@ static PyGetSetDef table_getset[] = {
     {"created", (getter)table_get_created, NULL, NULL, NULL},
     {"expired", (getter)table_get_expired, NULL, NULL, NULL},
     {"evicted", (getter)table_get_evicted, NULL, NULL, NULL},
+    {"evicted_agent_cap", (getter)table_get_evicted_agent_cap, NULL, "flows evicted by their agent's own cap", NULL},
+    {"bucket_refused", (getter)table_get_bucket_refused, NULL, "new flows refused on a full hash chain", NULL},
+    {"longest_chain", (getter)table_get_longest_chain, NULL, "the longest hash chain (walks the table)", NULL},
     {NULL},
 };
 
@@ -1360,8 +1439,31 @@ static struct PyModuleDef fastpath_module = {
     .m_size = -1,
 };
 
+/* The hash key: 16 bytes of os.urandom, once per process. */
+static int init_hash_key(void)
+{
+    PyObject *os = PyImport_ImportModule("os");
+    if (os == NULL)
+        return -1;
+    PyObject *key = PyObject_CallMethod(os, "urandom", "i", 16);
+    Py_DECREF(os);
+    if (key == NULL)
+        return -1;
+    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != 16) {
+        Py_DECREF(key);
+        PyErr_SetString(PyExc_RuntimeError, "os.urandom(16) did not return 16 bytes");
+        return -1;
+    }
+    memcpy(&siphash_k0, PyBytes_AS_STRING(key), 8);
+    memcpy(&siphash_k1, PyBytes_AS_STRING(key) + 8, 8);
+    Py_DECREF(key);
+    return 0;
+}
+
 PyMODINIT_FUNC PyInit_fastpath(void)
 {
+    if (init_hash_key() < 0)
+        return NULL;
     for (int i = 0; i < E_COUNT; i++)
         if ((end_strings[i] = PyUnicode_InternFromString(END_NAMES[i])) == NULL)
             return NULL;

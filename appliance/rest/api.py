@@ -56,12 +56,15 @@ class RouteSpec:
     auth: str = "admin"  # admin | deploy | none
 
 
-def error_body(status: int, message: str, code: str | None = None, field_name: str | None = None) -> str:
+def error_body(status: int, message: str, code: str | None = None, field_name: str | None = None,
+               fields: dict[str, str] | None = None) -> str:
     payload: dict[str, Any] = {"error": message}
     if code:
         payload["code"] = code
     if field_name:
         payload["field"] = field_name
+    if fields:
+        payload["fields"] = fields
     return json.dumps(payload)
 
 
@@ -151,14 +154,25 @@ class Api:
 
 
 def json_response_error(err: ApiError) -> bottle.HTTPResponse:
-    response = bottle.HTTPResponse(error_body(err.status, err.message, err.code, err.field), status=err.status)
+    response = bottle.HTTPResponse(error_body(err.status, err.message, err.code, err.field, err.fields), status=err.status)
     response.content_type = "application/json"
     return response
 
 
 # -- request parsing helpers used by route modules --------------------------------------------
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
 def read_json(max_bytes: int) -> Any:
-    """The request body as JSON; 413 beyond `max_bytes`, 400 when it is not JSON."""
+    """The request body as JSON; 415 unless it says it is JSON, 413 beyond `max_bytes`, 400 when it is not JSON.
+
+    A form post (`text/plain`, `application/x-www-form-urlencoded`) is a "simple" request a browser
+    sends cross-site without asking first; requiring the JSON media type keeps such pages out.
+    """
+    if not _is_json(bottle.request.environ.get("CONTENT_TYPE", "")):
+        raise ApiError(415, "Send the body as application/json")
     length = bottle.request.content_length
     if length > max_bytes:
         raise ApiError(413, f"Request body too large (limit {max_bytes} bytes)")
@@ -191,13 +205,15 @@ def parse_model(model: type[M], data: Any) -> M:
         return model.model_validate(data)
     except ValidationError as err:
         problems = []
+        fields: dict[str, str] = {}
         first = None
         for e in err.errors():
             name = ".".join(str(p) for p in e["loc"]) or "body"
             first = first or name
             reason = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
             problems.append(f"{name}: {reason}")
-        raise ApiError(422, "; ".join(problems), field=first) from None
+            fields.setdefault(name, reason)
+        raise ApiError(422, "; ".join(problems), field=first, fields=fields) from None
 
 
 def read_body(model: type[M], max_bytes: int) -> M:

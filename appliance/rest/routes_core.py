@@ -29,6 +29,7 @@ def iso_s(seconds: float) -> str:
 class StatusReply(BaseModel):
     status: str
     version: str
+    warnings: list[str]  # e.g. an active blanket exclusion; empty when all is well
 
 
 class FlowReply(BaseModel):
@@ -70,6 +71,9 @@ class AgentReply(BaseModel):
     packets_received: int
     packets_rejected: int
     dropped_by_agent: int
+    analysis_dropped: int  # this agent's flows dropped by the full analysis queue (its fair share used up)
+    streams_refused: int  # streams refused because the agent held grpc.max_streams_per_agent
+    events_malformed: int  # DNS/process/file event messages that could not be decoded (skipped)
     first_seen: str
     last_seen: str
     remote_address: str
@@ -123,6 +127,9 @@ def agent_view(agent: AgentState) -> dict[str, Any]:
         "packets_received": agent.packets_received,
         "packets_rejected": agent.packets_rejected,
         "dropped_by_agent": agent.dropped_by_agent,
+        "analysis_dropped": agent.analysis_dropped,
+        "streams_refused": agent.streams_refused,
+        "events_malformed": agent.events_malformed,
         "first_seen": iso_s(agent.first_seen),
         "last_seen": iso_s(agent.last_seen),
         "remote_address": agent.remote_address,
@@ -139,12 +146,13 @@ def install(
     agents: AgentRegistry,
     events: Callable[[str, str], list[dict[str, Any]]],
     openapi: Callable[[], dict[str, Any]],
+    warnings: Callable[[], list[str]] = list,
 ) -> None:
     """Declare the core routes on `api`."""
 
     @api.route("GET", "/api/status", "Liveness and version", public=True, reply=StatusReply)
     def status() -> dict[str, Any]:
-        return {"status": "Running", "version": __version__}
+        return {"status": "Running", "version": __version__, "warnings": warnings()}
 
     @api.route("GET", "/api/v1/metrics", "Current counters")
     def metrics() -> dict[str, Any]:

@@ -23,12 +23,15 @@ from appliance.artifacts import (
     TooLarge,
 )
 from appliance.artifacts.store import content_type
-from appliance.enrollment import EnrollmentService, PayloadMissing, TokenRefused
+from appliance.enrollment import EnrollmentService, PayloadMissing, TokenRefused, request_host
 from appliance.enrollment.service import iso
 from appliance.errors import ApiError, NotFound, Unprocessable
 from appliance.rest.api import Api, bearer_token, parse_model, read_json, tokens_equal
 
 log = logging.getLogger(__name__)
+
+# The one route whose body may exceed rest.max_body_bytes (artifacts.max_upload_bytes).
+ARTIFACTS_PATH = "/api/v1/artifacts"
 
 DEPLOY_TOKEN_ENV = "SENSOR_DEPLOY_TOKEN"
 _SCRIPT_TYPES = {"windows": "text/plain; charset=utf-8", "linux": "text/x-shellscript; charset=utf-8",
@@ -47,6 +50,8 @@ class TokenReply(BaseModel):
     command: str
     command_unix: str
     expires_at: str
+    base_url: str
+    warning: str | None = None  # the commands use a loopback address: other machines cannot use them
 
 
 class RevokeReply(BaseModel):
@@ -93,6 +98,11 @@ def _source() -> str:
     return str(bottle.request.environ.get("REMOTE_ADDR", "?"))
 
 
+def _host() -> str:
+    """The Host header the client used (host[:port]), when plain; the enrollment commands' address by default."""
+    return request_host(bottle.request.environ.get("HTTP_HOST"))
+
+
 def _iso(ts: float | None) -> str | None:
     return iso(ts) if ts is not None else None
 
@@ -129,9 +139,9 @@ def install(
             raise ApiError(411, "Send the body with a Content-Length (chunked bodies are not accepted)")
         if bottle.request.content_length > 0:
             request = parse_model(TokenRequest, read_json(api.max_body_bytes))
-        new = enrollment.create_token(request.ttl_hours * 3600 if request.ttl_hours else None)
+        new = enrollment.create_token(request.ttl_hours * 3600 if request.ttl_hours else None, _host())
         return {"token": new.token, "command": new.command, "command_unix": new.command_unix,
-                "expires_at": iso(new.expires_at)}
+                "expires_at": iso(new.expires_at), "base_url": new.base_url, "warning": new.warning or None}
 
     def enroll(os_kind: str) -> bottle.HTTPResponse:
         if not scripts_over_tls:
@@ -139,7 +149,7 @@ def install(
         raw = bottle.request.query.getunicode("token")
         source = _source()
         try:
-            script = enrollment.enroll(raw, os_kind, source)
+            script = enrollment.enroll(raw, os_kind, source, _host())
         except TokenRefused as err:
             prefix = re.sub(r"[^0-9a-fA-F-]", "?", (raw or "")[:6])  # nothing an attacker sends reaches the log raw
             log.warning("enrollment refused os=%s token=%s reason=%s source=%s", os_kind, prefix or "-", err.reason,
@@ -180,7 +190,7 @@ def install(
             raise NotFound(f"No certificate is bound to agent {agent_id[:64]!r}")
         return {"id": agent_id, "revoked": revoked, "already_revoked": matched - revoked}
 
-    @api.route("POST", "/api/v1/artifacts",
+    @api.route("POST", ARTIFACTS_PATH,
                "Push files into /static (multipart: `file` parts named by their target path; optional `sha256`, "
                "`version`, or `sha256:<name>`/`version:<name>` per file)", auth="deploy", reply=UploadReply,
                tag="artifacts")
@@ -196,6 +206,9 @@ def install(
             form = bottle.request.POST
         except bottle.HTTPError as err:
             raise ApiError(400, f"Malformed multipart body: {err.body}") from None
+        except ValueError:  # bottle refuses control characters in part headers: a NUL in a file name
+            raise ApiError(400, "Malformed multipart body: a part header (a file name) contains a control "
+                                "character such as NUL") from None
         files = [(key, value) for key, value in form.allitems() if isinstance(value, bottle.FileUpload)]
         if not files:
             raise Unprocessable("file", "no file part in the upload")

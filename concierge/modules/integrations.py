@@ -11,6 +11,7 @@ from concierge.api import Access, Call, Endpoint, OutSchema, Schema
 from concierge.clock import Clock, new_id
 from concierge.database import Database, Row
 from concierge.errors import Forbidden, UpstreamError
+from concierge.modules.cardex import touch_guest_list
 from concierge.pms import PmsAdapter, PmsReservation
 from concierge.sessions import AuthContext
 
@@ -123,12 +124,15 @@ class SyncService:
                 "UPDATE guests SET first_name = ?, last_name = ?, email = ?, phone = ?, room = ?, arrival_date = ?, departure_date = ?, updated_at = ? WHERE id = ?",
                 (*values, now, existing["id"]),
             )
+            touch_guest_list(tx, org, existing["id"])  # type: ignore[arg-type]
             return False
+        gid = new_id("gst")
         tx.execute(  # type: ignore[attr-defined]
             "INSERT INTO guests (id, organization_id, first_name, last_name, email, phone, room, arrival_date, departure_date, status, pms_reservation_id, created_at, updated_at) "
             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (new_id("gst"), org, *values, r.status if r.status in ("expected", "arrived", "checked_out", "canceled", "no_show") else "expected", r.reservation_id, now, now),
+            (gid, org, *values, r.status if r.status in ("expected", "arrived", "checked_out", "canceled", "no_show") else "expected", r.reservation_id, now, now),
         )
+        touch_guest_list(tx, org, gid)  # type: ignore[arg-type]
         return True
 
     def status(self, auth: AuthContext) -> IntegrationStatusOut:

@@ -1,16 +1,18 @@
-"""/users: sign-up, sign-in, sign-out, the caller, organization switch, and memberships (admin)."""
+"""/users: sign-up, sign-in, sign-out, the caller, organization switch, memberships (admin; joining is by
+invitation, see invitations.py), leaving, and the audit trail."""
 
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import Any, Literal
 
 import bottle
 from pydantic import Field
 
-from concierge.api import Access, Call, Email, Endpoint, Id, OutSchema, Schema
+from concierge.api import Access, Call, Email, Endpoint, Id, OutSchema, QuerySchema, Schema
+from concierge.audit import AuditLog
 from concierge.clock import Clock, new_id
-from concierge.database import Database, IntegrityError
+from concierge.database import Database, IntegrityError, Tx
 from concierge.errors import AuthenticationRequired, BadRequest, Conflict, Forbidden, NotFound
 from concierge.sessions import AuthContext, PasswordHasher, SessionService
 
@@ -68,9 +70,27 @@ class MembershipList(OutSchema):
     items: list[MembershipOut]
 
 
-class MembershipIn(Schema):
-    email: Email
-    role: Role
+class LeaveIn(Schema):
+    organization_id: Id
+
+
+class AuditQuery(QuerySchema):
+    limit: int = Field(default=100, ge=1, le=500)
+    offset: int = Field(default=0, ge=0)
+
+
+class AuditEventOut(OutSchema):
+    id: str
+    seq: int
+    actor_id: str | None
+    action: str
+    subject_id: str
+    detail: dict[str, Any]
+    created_at: str
+
+
+class AuditList(OutSchema):
+    items: list[AuditEventOut]
 
 
 class MembershipPut(Schema):
@@ -134,7 +154,19 @@ class UserStore:
     def membership(self, org_id: str, membership_id: str) -> dict | None:
         return next((m for m in self.members(org_id) if m["id"] == membership_id), None)
 
+    @staticmethod
+    def member_in(tx: Tx, org_id: str, membership_id: str) -> dict | None:
+        return tx.one("SELECT * FROM memberships WHERE id = ? AND organization_id = ?", (membership_id, org_id))
+
+    @staticmethod
+    def lock_owners(tx: Tx, org_id: str) -> int:
+        """Serialise owner changes of one organization (a row lock on PostgreSQL; SQLite writes are serial) and count its owners."""
+        tx.execute("UPDATE organizations SET name = name WHERE id = ?", (org_id,))
+        row = tx.one("SELECT COUNT(*) AS n FROM memberships WHERE organization_id = ? AND role = 'owner'", (org_id,))
+        return int(row["n"]) if row else 0
+
     def add_member(self, org_id: str, user_id: str, role: str, now: str) -> str:
+        """A membership without an invitation: seeding and tests only (the API goes through invitations)."""
         mid = new_id("mem")
         with self.db.transaction() as tx:
             try:
@@ -143,28 +175,15 @@ class UserStore:
                 raise Conflict("This user is already a member of the organization") from err
         return mid
 
-    def set_role(self, membership_id: str, role: str) -> None:
-        with self.db.transaction() as tx:
-            tx.execute("UPDATE memberships SET role = ? WHERE id = ?", (role, membership_id))
-
-    def remove(self, membership_id: str) -> None:
-        with self.db.transaction() as tx:
-            tx.execute("DELETE FROM memberships WHERE id = ?", (membership_id,))
-
-    def owners(self, org_id: str) -> int:
-        with self.db.transaction(write=False) as tx:
-            row = tx.one("SELECT COUNT(*) AS n FROM memberships WHERE organization_id = ? AND role = 'owner'", (org_id,))
-        return int(row["n"]) if row else 0
-
-
 class UserService:
     """Accounts, sign-in and memberships; sessions are delegated to SessionService."""
 
-    def __init__(self, store: UserStore, hasher: PasswordHasher, sessions: SessionService, clock: Clock) -> None:
+    def __init__(self, store: UserStore, hasher: PasswordHasher, sessions: SessionService, clock: Clock, audit: AuditLog) -> None:
         self.store = store
         self.hasher = hasher
         self.sessions = sessions
         self.clock = clock
+        self.audit = audit
 
     def sign_up(self, body: SignUpIn) -> tuple[str, str, str]:
         user_id = self.store.create(body.email.lower(), body.name, self.hasher.hash(body.password), body.organization_name, self.clock.iso())
@@ -195,30 +214,50 @@ class UserService:
             raise NotFound("Membership not found")
         return found
 
-    def add(self, auth: AuthContext, body: MembershipIn) -> dict:
-        user = self.store.by_email(body.email.lower())
-        if user is None:
-            raise NotFound("No account with this email; ask the person to sign up first")
-        self._check_grant(auth, body.role)
-        mid = self.store.add_member(auth.organization_id or "", user["id"], body.role, self.clock.iso())
-        return self._member(auth, mid)
+    def _locked_member(self, tx: Tx, auth: AuthContext, membership_id: str) -> tuple[int, dict]:
+        """(owner count, membership) with the organization's owner changes serialised; only owners touch an owner."""
+        owners = self.store.lock_owners(tx, auth.organization_id or "")
+        member = self.store.member_in(tx, auth.organization_id or "", membership_id)
+        if member is None:
+            raise NotFound("Membership not found")
+        self._check_grant(auth, member["role"])
+        return owners, member
 
     def change_role(self, auth: AuthContext, membership_id: str, role: str) -> dict:
-        member = self._member(auth, membership_id)
-        self._check_grant(auth, role)
-        self._check_grant(auth, member["role"])
-        if member["role"] == "owner" and role != "owner" and self.store.owners(auth.organization_id or "") <= 1:
-            raise BadRequest("The organization must keep at least one owner")
-        self.store.set_role(membership_id, role)
+        """Admins manage every role but owner: they cannot grant it, nor demote (or otherwise change) an owner."""
+        org_id = auth.organization_id or ""
+        with self.store.db.transaction() as tx:
+            owners, member = self._locked_member(tx, auth, membership_id)
+            self._check_grant(auth, role)
+            if member["role"] == "owner" and role != "owner" and owners <= 1:
+                raise BadRequest("The organization must keep at least one owner")
+            if role != member["role"]:
+                tx.execute("UPDATE memberships SET role = ? WHERE id = ?", (role, membership_id))
+                self.audit.record(tx, org_id, auth.user_id, "membership.role_changed", membership_id, userId=member["user_id"], **{"from": member["role"], "to": role})
         log.info("membership role changed membership=%s from=%s to=%s by=%s", membership_id, member["role"], role, auth.user_id)
         return self._member(auth, membership_id)
 
     def remove(self, auth: AuthContext, membership_id: str) -> None:
-        member = self._member(auth, membership_id)
-        self._check_grant(auth, member["role"])
-        if member["role"] == "owner" and self.store.owners(auth.organization_id or "") <= 1:
-            raise BadRequest("The organization must keep at least one owner")
-        self.store.remove(membership_id)
+        org_id = auth.organization_id or ""
+        with self.store.db.transaction() as tx:
+            owners, member = self._locked_member(tx, auth, membership_id)
+            if member["role"] == "owner" and owners <= 1:
+                raise BadRequest("The organization must keep at least one owner")
+            tx.execute("DELETE FROM memberships WHERE id = ?", (membership_id,))
+            self.audit.record(tx, org_id, auth.user_id, "membership.removed", membership_id, userId=member["user_id"], role=member["role"])
+
+    def leave(self, auth: AuthContext, org_id: str) -> None:
+        """The caller leaves an organization; the last owner cannot (hand the role on first)."""
+        with self.store.db.transaction() as tx:
+            owners = self.store.lock_owners(tx, org_id)
+            member = tx.one("SELECT * FROM memberships WHERE user_id = ? AND organization_id = ?", (auth.user_id, org_id))
+            if member is None:
+                raise NotFound("Organization not found")
+            if member["role"] == "owner" and owners <= 1:
+                raise BadRequest("The last owner cannot leave the organization; make another member owner first")
+            tx.execute("DELETE FROM memberships WHERE id = ?", (member["id"],))
+            self.audit.record(tx, org_id, auth.user_id, "membership.left", member["id"], userId=auth.user_id, role=member["role"])
+        log.info("membership left user=%s organization=%s", auth.user_id, org_id)
 
     @staticmethod
     def _check_grant(auth: AuthContext, role: str) -> None:
@@ -270,8 +309,11 @@ def routes(service: UserService) -> list:
     def get_member(call: Call) -> MembershipOut:
         return MembershipOut(**service._member(call.auth, call.params.membership_id))
 
-    def add_member(call: Call) -> MembershipOut:
-        return MembershipOut(**service.add(call.auth, call.body))
+    def leave(call: Call) -> None:
+        service.leave(call.auth, call.body.organization_id)
+
+    def audit(call: Call) -> AuditList:
+        return AuditList(items=[AuditEventOut(**e) for e in service.audit.events(call.auth.organization_id, call.query.limit, call.query.offset)])
 
     def put_member(call: Call) -> MembershipOut:
         return MembershipOut(**service.change_role(call.auth, call.params.membership_id, call.body.role))
@@ -293,7 +335,8 @@ def routes(service: UserService) -> list:
         (Endpoint("POST", "/switch-organization", "Make another membership's organization active (rotates the session)", Access.AUTH, body=SwitchOrganizationIn, response=SessionOut), switch),
         (Endpoint("GET", "/memberships", "Members of the active organization", Access.ADMIN, response=MembershipList), list_members),
         (Endpoint("GET", "/memberships/<membership_id>", "One membership", Access.ADMIN, params=P, response=MembershipOut), get_member),
-        (Endpoint("POST", "/memberships", "Add an existing account to the organization with a role", Access.ADMIN, body=MembershipIn, response=MembershipOut, status=201), add_member),
+        (Endpoint("POST", "/memberships/leave", "Leave an organization (the last owner cannot)", Access.AUTH, body=LeaveIn, status=204), leave),
+        (Endpoint("GET", "/audit", "The organization's audit trail of invitations and memberships, newest first", Access.ADMIN, query=AuditQuery, response=AuditList), audit),
         (Endpoint("PUT", "/memberships/<membership_id>", "Replace a membership (its role)", Access.ADMIN, params=P, body=MembershipPut, response=MembershipOut), put_member),
         (Endpoint("PATCH", "/memberships/<membership_id>", "Change a membership's role", Access.ADMIN, params=P, body=MembershipPatch, response=MembershipOut), patch_member),
         (Endpoint("DELETE", "/memberships/<membership_id>", "Remove a member", Access.ADMIN, params=P, status=204), delete_member),

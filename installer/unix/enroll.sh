@@ -5,8 +5,12 @@
 # Every quoted value below was embedded and validated by the appliance.
 #
 # SENSOR_INSTALL_ROOT=/some/dir installs under that directory instead of / (no root needed, and
-# systemd/launchd are left alone); SENSOR_SKIP_SERVICE=1 leaves them alone when installing into /
-# (image building). Both exist for packaging and tests.
+# systemd/launchd are left alone): every path written (agent.yaml, the unit) and printed is then
+# the one under that directory, so the agent runs from there as installed. SENSOR_SKIP_SERVICE=1
+# leaves systemd/launchd alone when installing into / (image building). Both exist for packaging and tests.
+#
+# Every file downloaded from /static is checked against the sha256 of the appliance's payload
+# manifest (embedded below) before it is used; a mismatch stops the script.
 set -eu
 
 # Everything runs from main(), called on the last line: a download cut short runs nothing.
@@ -18,6 +22,7 @@ main() {
     SERVER_PIN='{{SERVER_SPKI_SHA256}}'
     OS_KIND='{{OS_KIND}}'
     AGENT_PATHS='{{AGENT_PATHS}}'
+    PAYLOAD_SHA256='{{PAYLOAD_SHA256}}'
     TOKEN_PREFIX='{{TOKEN_PREFIX}}'
     CA_B64='{{CA_PEM_B64}}'
     CERT_B64='{{CERT_PEM_B64}}'
@@ -25,9 +30,9 @@ main() {
 
     ROOT="${SENSOR_INSTALL_ROOT:-}"
     SKIP_SERVICE="${SENSOR_SKIP_SERVICE:-0}"
-    ETC_DIR=/etc/sensor-agent
+    ETC_DIR=$ROOT/etc/sensor-agent
     CERT_DIR=$ETC_DIR/certs
-    BIN=/usr/local/bin/sensor-agent
+    BIN=$ROOT/usr/local/bin/sensor-agent
     CONFIG=$ETC_DIR/agent.yaml
     LABEL=com.sensor.agent
 
@@ -52,6 +57,8 @@ main() {
         *) die "the appliance holds no agent for $os-$arch (an administrator pushes it with POST /api/v1/artifacts)" ;;
     esac
     command -v curl >/dev/null 2>&1 || die "curl is required"
+    if command -v sha256sum >/dev/null 2>&1; then SHA256='sha256sum'; elif command -v shasum >/dev/null 2>&1; then
+        SHA256='shasum -a 256'; else die "sha256sum or shasum is required (to verify the download)"; fi
     if printf 'eA==' | base64 -d >/dev/null 2>&1; then B64D='base64 -d'; else B64D='base64 -D'; fi
     umask 077
 
@@ -61,26 +68,27 @@ main() {
     say "machine id $machine_id"
 
     # STEP 2: directories and certificates (0700 / 0600): CA, agent certificate (CN sensor-agent-$TOKEN_PREFIX), key.
-    mkdir -p "$ROOT$CERT_DIR"
-    chmod 0700 "$ROOT$ETC_DIR" "$ROOT$CERT_DIR"
-    put_b64 "$CA_B64" "$ROOT$CERT_DIR/ca.pem" 0600
-    put_b64 "$CERT_B64" "$ROOT$CERT_DIR/agent.pem" 0600
-    put_b64 "$KEY_B64" "$ROOT$CERT_DIR/agent.key" 0600
+    mkdir -p "$CERT_DIR"
+    chmod 0700 "$ETC_DIR" "$CERT_DIR"
+    put_b64 "$CA_B64" "$CERT_DIR/ca.pem" 0600
+    put_b64 "$CERT_B64" "$CERT_DIR/agent.pem" 0600
+    put_b64 "$KEY_B64" "$CERT_DIR/agent.key" 0600
     say "certificates written to $CERT_DIR (CN sensor-agent-$TOKEN_PREFIX)"
 
-    # STEP 3: the agent binary from /static, over TLS pinned to the appliance's key.
-    mkdir -p "$(dirname "$ROOT$BIN")"
-    tmp="$ROOT$BIN.part.$$"
+    # STEP 3: the agent binary from /static, over TLS pinned to the appliance's key, checked against the manifest.
+    mkdir -p "$(dirname "$BIN")"
+    tmp="$BIN.part.$$"
     if ! curl -fsS -k --pinnedpubkey "sha256//$SERVER_PIN" -o "$tmp" "$BASE_URL/static/$agent_path"; then
         rm -f "$tmp"
         die "cannot download /static/$agent_path from $BASE_URL"
     fi
+    verify_sha256 "$agent_path" "$tmp"
     chmod 0755 "$tmp"
-    mv -f "$tmp" "$ROOT$BIN"
+    mv -f "$tmp" "$BIN"
     say "agent installed at $BIN"
 
     # STEP 4: the agent configuration (0600).
-    tmp="$ROOT$CONFIG.part.$$"
+    tmp="$CONFIG.part.$$"
     {
         printf '# Written by the enrollment script; a re-enrollment rewrites it.\n'
         printf 'product: %s\n' "$PRODUCT"
@@ -92,7 +100,7 @@ main() {
         printf 'key: %s\n' "$CERT_DIR/agent.key"
     } >"$tmp"
     chmod 0600 "$tmp"
-    mv -f "$tmp" "$ROOT$CONFIG"
+    mv -f "$tmp" "$CONFIG"
 
     # STEP 5: the service (systemd unit on Linux, launchd daemon on macOS), enabled and (re)started.
     if [ "$os" = linux ]; then
@@ -119,6 +127,21 @@ read_machine_id() {
     done
 }
 
+# verify_sha256 NAME FILE: FILE must have the sha256 the payload manifest gives for NAME, else it is removed.
+verify_sha256() {
+    expected=""
+    for entry in $PAYLOAD_SHA256; do
+        [ "${entry%%=*}" = "$1" ] && expected=${entry#*=}
+    done
+    [ -n "$expected" ] || { rm -f "$2"; die "/static/$1 is not in the payload manifest: not installing it"; }
+    actual=$($SHA256 "$2" | awk '{ print $1 }')
+    if [ "$actual" != "$expected" ]; then
+        rm -f "$2"
+        die "/static/$1 does not match the payload manifest (sha256 $actual, expected $expected): not installing it; run the enrollment again, and tell the administrator if it persists"
+    fi
+    say "verified /static/$1 (sha256 $expected)"
+}
+
 # put_b64 BASE64 PATH MODE: decode into PATH atomically with MODE.
 put_b64() {
     printf '%s' "$1" | $B64D >"$2.part.$$" || die "cannot write $2"
@@ -127,9 +150,9 @@ put_b64() {
 }
 
 install_systemd() {
-    unit=/etc/systemd/system/sensor-agent.service
-    mkdir -p "$(dirname "$ROOT$unit")"
-    cat >"$ROOT$unit.part.$$" <<EOF
+    unit=$ROOT/etc/systemd/system/sensor-agent.service
+    mkdir -p "$(dirname "$unit")"
+    cat >"$unit.part.$$" <<EOF
 [Unit]
 Description=$PRODUCT agent (streams to the sensor appliance)
 Wants=network-online.target
@@ -170,8 +193,8 @@ UMask=0077
 [Install]
 WantedBy=multi-user.target
 EOF
-    chmod 0644 "$ROOT$unit.part.$$"
-    mv -f "$ROOT$unit.part.$$" "$ROOT$unit"
+    chmod 0644 "$unit.part.$$"
+    mv -f "$unit.part.$$" "$unit"
     if [ "$SKIP_SERVICE" = 1 ] || [ -n "$ROOT" ]; then
         say "installed under '${ROOT:-/}' with SENSOR_SKIP_SERVICE=$SKIP_SERVICE: not touching systemd"
         return
@@ -182,9 +205,9 @@ EOF
 }
 
 install_launchd() {
-    plist=/Library/LaunchDaemons/$LABEL.plist
-    mkdir -p "$(dirname "$ROOT$plist")"
-    cat >"$ROOT$plist.part.$$" <<EOF
+    plist=$ROOT/Library/LaunchDaemons/$LABEL.plist
+    mkdir -p "$(dirname "$plist")"
+    cat >"$plist.part.$$" <<EOF
 <?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
 <plist version="1.0">
@@ -197,8 +220,8 @@ install_launchd() {
 </dict>
 </plist>
 EOF
-    chmod 0644 "$ROOT$plist.part.$$"
-    mv -f "$ROOT$plist.part.$$" "$ROOT$plist"
+    chmod 0644 "$plist.part.$$"
+    mv -f "$plist.part.$$" "$plist"
     if [ "$SKIP_SERVICE" = 1 ] || [ -n "$ROOT" ]; then
         say "installed under '${ROOT:-/}' with SENSOR_SKIP_SERVICE=$SKIP_SERVICE: not touching launchd"
         return

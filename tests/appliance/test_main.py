@@ -16,12 +16,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start(tmp_path, config_text):
+def start(tmp_path, config_text, cwd=ROOT):
     config = tmp_path / "config.yaml"
     config.write_text(config_text)
+    (tmp_path / "sig").mkdir(exist_ok=True)  # a configured signatures directory must exist
     env = {k: v for k, v in os.environ.items() if k != "SENSOR_ADMIN_TOKEN"}
-    return subprocess.Popen([sys.executable, "-m", "appliance", "--config", str(config)], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "appliance", "--config", str(config)], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def banner(proc) -> dict[str, str]:
+    """The start-up banner's `name : value` lines, read until the authenticate line."""
+    lines: dict[str, str] = {}
+    for line in iter(proc.stdout.readline, ""):
+        name, sep, value = line.partition(" : ")
+        if sep:
+            lines[name.strip()] = value.strip()
+        if name.strip() == "authenticate":
+            return lines
+    raise AssertionError(f"no banner; output ended: {proc.stdout.read()}")
 
 
 @pytest.mark.slow
@@ -71,6 +84,7 @@ def test_reports_ready_and_stopping_to_systemd(tmp_path):
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(sock_path)
     sock.settimeout(60)
+    (tmp_path / "sig").mkdir()
     config = tmp_path / "config.yaml"
     config.write_text(f"""
 grpc: {{listen: "127.0.0.1:0"}}
@@ -91,12 +105,52 @@ paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_di
 
 
 @pytest.mark.slow
+def test_started_from_another_directory_loads_the_shipped_rules_and_prints_a_checkable_fingerprint(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = start(tmp_path, f"""
+grpc: {{listen: "127.0.0.1:0"}}
+rest: {{listen: "127.0.0.1:0"}}
+paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_dir: "{tmp_path}/static"}}
+""", cwd=elsewhere)
+    try:
+        shown = banner(proc)
+        port = int(re.search(r"https://localhost:(\d+)/", shown["REST API"]).group(1))
+        ctx = ssl.create_default_context(cafile=f"{tmp_path}/certs/ca.pem")
+        token = (tmp_path / "state" / "admin.token").read_text().strip()
+        req = urllib.request.Request(f"https://localhost:{port}/api/v1/metrics",
+                                     headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as reply:
+            metrics = json.load(reply)
+        assert metrics["signature_rules"] == len(list((ROOT / "rules").glob("*.yaml"))) > 0
+        assert list(elsewhere.iterdir()) == []  # no empty rules/ (or anything else) in the working directory
+        # The banner's fingerprint is what the openssl command it prints shows.
+        command = shown["check it with"].split()
+        assert command[0] == "openssl"
+        shown_by_openssl = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+        assert shown["CA fingerprint"].startswith(shown_by_openssl + " ")
+        assert "DER" in shown["CA fingerprint"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+
+
+def test_a_configured_signatures_directory_that_does_not_exist_stops_startup(tmp_path):
+    proc = start(tmp_path, f"paths: {{signatures_dir: '{tmp_path}/no-such-rules'}}\n")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert f"paths.signatures_dir: no such directory (got '{tmp_path}/no-such-rules')" in out
+    assert not (tmp_path / "no-such-rules").exists()
+
+
+@pytest.mark.slow
 def test_pings_the_systemd_watchdog_while_running(tmp_path):
     import socket
     sock_path = str(tmp_path / "notify.sock")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(sock_path)
     sock.settimeout(60)
+    (tmp_path / "sig").mkdir()  # a configured signatures directory must exist
     config = tmp_path / "config.yaml"
     config.write_text(f"""
 grpc: {{listen: "127.0.0.1:0"}}

@@ -111,7 +111,7 @@ def add_user(concierge: Concierge, org_id: str, role: str, name: str) -> tuple[s
 
 
 def settings_for(tmp: Path, **changes: Any) -> Settings:
-    base = Settings(state_dir=tmp, kdf_n=2**10, sse_heartbeat_seconds=0.5, outbox_interval_seconds=0.2)
+    base = Settings(state_dir=tmp, kdf_n=2**10, sse_heartbeat_seconds=0.5, outbox_interval_seconds=0.2, check_responses=True)
     return base.with_(**changes)
 
 

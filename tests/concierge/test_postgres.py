@@ -41,7 +41,18 @@ def test_the_api_runs_on_postgresql_with_the_same_migrations(make_concierge, pos
     again = staff.post("/payment/intents", body, headers={"Idempotency-Key": "pg-1"})
     assert again.json() == created.json() and again.headers["Idempotent-Replayed"] == "true"
     assert staff.post("/payment/intents", {**body, "amount": 5}, headers={"Idempotency-Key": "pg-1"}).status_code == 422
-    dup = hotel.client("admin").post("/users/memberships", {"email": hotel.emails["guest"], "role": "guest"})
+    dup = hotel.anonymous().post("/users/sign-up", {"email": hotel.emails["guest"], "password": "long enough password", "name": "Dup"})
     assert dup.status_code == 409  # a constraint violation inside a transaction stays a clean 409
+    invited = hotel.client("admin").post("/users/invitations", {"email": "pg.invitee@hotel.test", "role": "staff"})
+    assert invited.status_code == 201
+    from tests.concierge.conftest import Client as _Client
+
+    invitee = _Client(base_b)
+    assert invitee.post("/users/sign-up", {"email": "pg.invitee@hotel.test", "password": "long enough password", "name": "Pg Invitee"}).status_code == 201
+    invitee.sign_in("pg.invitee@hotel.test", "long enough password")
+    assert invitee.post("/users/invitations/accept", {"invitationId": invited.json()["id"]}).json()["role"] == "staff"
+    again = invitee.post("/users/invitations/accept", {"invitationId": invited.json()["id"]})
+    assert again.status_code == 400 and again.json()["code"] == "INVALID_TRANSITION"
+    assert [e["action"] for e in hotel.client("admin").get("/users/audit").json()["items"][:3]] == ["membership.created", "invitation.accepted", "invitation.created"]
     assert staff.get("/users/me").status_code == 200
     assert requests.get(base_a + "/analytics", cookies={"concierge_session": staff.cookie}, timeout=10).status_code == 200

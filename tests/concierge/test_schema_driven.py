@@ -35,7 +35,7 @@ schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(path="/users/sign-out"
 
 STATUSES: dict[str, set[int]] = {}
 KNOWN_IDS: dict[str, str] = {}  # path parameter name -> an id that exists in the live hotel
-BODY_IDS = {"guestId": "guest_id", "intentId": "intent_id", "orderId": "order_id", "bookingId": "booking_id", "ticketId": "ticket_id", "threadId": "thread_id"}
+BODY_IDS = {"invitationId": "invitation_id", "guestId": "guest_id", "intentId": "intent_id", "orderId": "order_id", "bookingId": "booking_id", "ticketId": "ticket_id", "threadId": "thread_id"}
 
 
 def _keeps_records(context: schemathesis.HookContext) -> bool:
@@ -78,6 +78,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hotel]:
             thread_id=guest_client.post("/chat/threads", {"subject": "Hi", "message": "Wi-Fi?"}).json()["id"],
             intent_id=staff.post("/payment/intents", {"amount": 100, "currency": "EUR"}, headers={"Idempotency-Key": "seed"}).json()["id"],
             membership_id=next(m["id"] for m in hotel.client("owner").get("/users/memberships").json()["items"] if m["role"] == "guest"),
+            invitation_id=hotel.client("owner").post("/users/invitations", {"email": "schema.invitee@hotel.test", "role": "staff"}).json()["id"],
         )
         yield hotel
     finally:

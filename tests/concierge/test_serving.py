@@ -58,7 +58,7 @@ def nginx_in_front(request: pytest.FixtureRequest, tmp_path: Path, make_concierg
     if request.param == "https":
         cert, key = _self_signed(tmp_path)
         listen = f"listen 127.0.0.1:{port} ssl;\n    ssl_certificate {cert};\n    ssl_certificate_key {key};"
-    site = SITE.read_text().replace("127.0.0.1:8080", f"127.0.0.1:{upstream_port}").replace("listen 80;", listen)
+    site = SITE.read_text().replace("127.0.0.1:8090", f"127.0.0.1:{upstream_port}").replace("listen 80;", listen)
     (tmp_path / "site.conf").write_text(site)
     (tmp_path / "nginx.conf").write_text(
         f"""user root;

@@ -84,7 +84,9 @@ def test_switching_organization_rotates_and_changes_role(hotel: Hotel) -> None:
     other = Client(hotel.base)
     other.post("/users/sign-up", {"email": "boss@second.test", "password": PASSWORD, "name": "Boss", "organizationName": "Second Hotel"})
     other.sign_in("boss@second.test")
-    assert other.post("/users/memberships", {"email": hotel.emails["staff"], "role": "manager"}).status_code == 201
+    invitation = other.post("/users/invitations", {"email": hotel.emails["staff"], "role": "manager"})
+    assert invitation.status_code == 201
+    assert staff.post("/users/invitations/accept", {"invitationId": invitation.json()["id"]}).status_code == 200
     second_org = other.me["auth"]["organizationId"]
     old = staff.cookie
     resp = staff.post("/users/switch-organization", {"organizationId": second_org})
@@ -113,8 +115,11 @@ def test_role_change_applies_on_the_next_request_under_a_new_session_id(hotel: H
 
 
 def test_only_an_owner_grants_owner(hotel: Hotel) -> None:
-    resp = hotel.client("admin").post("/users/memberships", {"email": hotel.emails["guest"], "role": "owner"})
-    assert resp.status_code in (403, 409)
+    resp = hotel.client("admin").post("/users/invitations", {"email": "new.owner@hotel.test", "role": "owner"})
+    assert resp.status_code == 403 and resp.json() == {"error": "Only an owner can grant or change the owner role"}
+    guest = next(m for m in hotel.client("admin").get("/users/memberships").json()["items"] if m["role"] == "guest")
+    assert hotel.client("admin").patch(f"/users/memberships/{guest['id']}", {"role": "owner"}).status_code == 403
+    assert hotel.client("owner").post("/users/invitations", {"email": "new.owner@hotel.test", "role": "owner"}).status_code == 201
 
 
 def test_bearer_session_skips_csrf(hotel: Hotel) -> None:
@@ -130,3 +135,15 @@ def test_passwords_are_hashed_with_scrypt() -> None:
     stored = hasher.hash("secret password")
     assert stored.startswith("scrypt$16384$8$1$")
     assert hasher.verify("secret password", stored) and not hasher.verify("other", stored)
+
+
+def test_hostile_cookie_headers_are_401_and_the_right_cookie_is_found_among_others(hotel: Hotel) -> None:
+    import requests
+
+    sid = hotel.client("staff").cookie
+    url = hotel.base + "/users/me"
+    for header in ("", ";;;", "concierge_session", "concierge_session=", "concierge_session=" + "x" * 5000, "=\x7f; \"; concierge_session=\"quoted\"", "a=b; concierge_session=nope"):
+        resp = requests.get(url, headers={"Cookie": header}, timeout=10)
+        assert resp.status_code == 401, header
+    ok = requests.get(url, headers={"Cookie": f"theme=dark; concierge_session={sid}; other=1"}, timeout=10)
+    assert ok.status_code == 200 and ok.json()["auth"]["role"] == "staff"

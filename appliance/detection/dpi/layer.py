@@ -5,6 +5,8 @@ from __future__ import annotations
 from appliance.detection.analysis_config import AnalysisConfigHolder
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import NameScorer
+from appliance.detection.dpi.dga_signals import DgaSignals
+from appliance.detection.dpi.dga_words import WordModel
 from appliance.detection.dpi.dns import DnsAnalyzer
 from appliance.detection.dpi.http import HttpAnalyzer
 from appliance.detection.dpi.icmp import IcmpAnalyzer
@@ -20,11 +22,12 @@ class DpiLayer:
     name = "dpi"
 
     def __init__(self, config: AnalysisConfigHolder, facts: FlowFacts, resolver: ResolverCache,
-                 domains: RegisteredDomains, scorer: NameScorer) -> None:
+                 domains: RegisteredDomains, scorer: NameScorer, words: WordModel) -> None:
         self._config = config
         self._facts = facts
         self._resolver = resolver
         self.dns = DnsAnalyzer(domains, scorer)
+        self.dga = DgaSignals(domains, words)
         self.tls = TlsAnalyzer(resolver, domains)
         self.icmp = IcmpAnalyzer()
         self.http = HttpAnalyzer()
@@ -33,7 +36,12 @@ class DpiLayer:
         config = self._config.current
         transport = flow.transport
         if transport is Transport.UDP:
-            return self.dns.analyze(flow, config) if flow.dns else []
+            if not flow.dns:
+                return []
+            found = self.dns.analyze(flow, config)
+            if flow.remote_port == 53:
+                found.extend(self.dga.analyze(flow, config))
+            return found
         if transport is Transport.TCP:
             out: list[Detection] = []
             if flow.dns:

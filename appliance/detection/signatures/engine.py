@@ -24,7 +24,7 @@ from appliance.detection.detections import Throttle, make_detection, transport_n
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.facts import FlowFacts
 from appliance.detection.signatures.fields import QTYPES, RCODES
-from appliance.detection.signatures.rules import Rule, RuleError, load_directory, parse_rule
+from appliance.detection.signatures.rules import Rule, RuleError, load_directory, parse_rule, safe_load_bounded
 from appliance.model import Detection, FlowRecord, Transport
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,8 @@ class SignatureEngine:
         if errors:
             self.reload_failures += 1
             self.last_error = errors
-            log.warning("signature reload failed, keeping %d rules: %s", len(self.ruleset.rules), "; ".join(errors))
+            log.warning("signature reload failed, keeping %d rules: %d problems: %s", len(self.ruleset.rules), len(errors),
+                        "; ".join(errors[:10]))
             return errors
         self.ruleset = RuleSet.of(rules)
         self.last_error = []
@@ -139,7 +140,7 @@ class SignatureEngine:
             if rule is None:
                 return None
             path = self.directory / rule.source
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = safe_load_bounded(path.read_text(encoding="utf-8"))
             data["enabled"] = (not rule.enabled) if enabled is None else enabled
             self._write(rule.source, data)
             problems = self.reload()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import re2
 
 Test = Callable[[Any], bool]
 
@@ -91,12 +92,30 @@ def _endswith(value: Any, kind: str) -> Test:
     return lambda got: got.endswith(want)
 
 
+# Rule regexes run on attacker-chosen text (query names, URIs, headers), so they are matched by
+# RE2, in time linear in the text: a backtracking engine lets one DNS query for `aaaa…!` stall
+# the analysis thread on `^(a+)+$`. RE2 refuses what it cannot do in linear time (backreferences,
+# lookaround); the pattern's length and compiled size are capped too.
+MAX_REGEX_LENGTH = 1024
+_REGEX_MAX_MEM = 1 << 20  # bytes of RE2 program per pattern
+
+
+def _regex_options() -> re2.Options:
+    options = re2.Options()
+    options.case_sensitive = False
+    options.log_errors = False
+    options.max_mem = _REGEX_MAX_MEM
+    return options
+
+
 def _regex(value: Any, kind: str) -> Test:
     _need(isinstance(value, str) and value != "", "must be a non-empty regular expression string")
+    _need(len(value) <= MAX_REGEX_LENGTH, f"regular expression longer than {MAX_REGEX_LENGTH} characters")
     try:
-        pattern = re.compile(value, re.IGNORECASE)
-    except re.error as err:
-        raise OperatorValueError(f"bad regular expression: {err}") from None
+        pattern = re2.compile(value, _regex_options())
+    except re2.error as err:
+        reason = err.args[0].decode("utf-8", "replace") if err.args and isinstance(err.args[0], bytes) else str(err)
+        raise OperatorValueError(f"regular expression not supported by RE2 (linear-time matching): {reason[:200]}") from None
     return lambda got: pattern.search(got) is not None
 
 
@@ -130,7 +149,7 @@ OPERATORS: dict[str, Operator] = {op.name: op for op in (
     Operator("contains", frozenset({"str"}), "the field contains the substring", _contains),
     Operator("startswith", frozenset({"str"}), "the field starts with the value", _startswith),
     Operator("endswith", frozenset({"str"}), "the field ends with the value", _endswith),
-    Operator("regex", frozenset({"str"}), "the regular expression (Python syntax, case-insensitive) matches somewhere", _regex),
+    Operator("regex", frozenset({"str"}), "the regular expression (RE2 syntax, case-insensitive, linear time) matches somewhere", _regex),
     Operator("cidr", frozenset({"ip"}), "the address lies in the network", _cidr),
     Operator("gt", frozenset({"int"}), "the field is greater than the number", _cmp(lambda a, b: a > b)),
     Operator("lt", frozenset({"int"}), "the field is less than the number", _cmp(lambda a, b: a < b)),

@@ -6,6 +6,7 @@ Each error names the rule file, the field and the reason. A rule file holds one 
 from __future__ import annotations
 
 import re
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -24,6 +25,21 @@ KEYS = ("id", "title", "description", "protocol", "category", "severity", "confi
 REQUIRED = ("id", "title", "description", "protocol", "category", "severity", "confidence", "conditions")
 CONDITION_KEYS = ("field", "op", "value")
 SUFFIXES = (".yaml", ".yml")
+
+# Bounds of the rule loader. A rule is a few hundred bytes; YAML aliases let a 369-byte file stand
+# for millions of nodes (an "alias bomb"), harmless while shared but exponential once printed in
+# an error. So: files are capped in size, a document's nodes are counted with every alias
+# expanded, and values shown in errors are cut.
+MAX_RULE_FILE_BYTES = 64 * 1024
+MAX_EXPANDED_NODES = 10_000
+MAX_PROBLEM_CHARS = 300
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlist, _SHOWN.maxdict = 2, 60, 60, 5, 5
+
+
+def shown(value: Any) -> str:
+    """A value as an error message shows it: its repr, bounded whatever its size or depth."""
+    return _SHOWN.repr(value)
 
 
 class RuleError(ApplianceError):
@@ -69,7 +85,7 @@ def parse_rule(data: Any, source: str) -> tuple[Rule | None, list[str]]:
     errors: list[str] = []
 
     def bad(name: str, reason: str) -> None:
-        errors.append(f"{source}: {name}: {reason}")
+        errors.append(_cut(f"{source}: {name}: {reason}"))
 
     for key in data:
         if key not in KEYS:
@@ -79,19 +95,19 @@ def parse_rule(data: Any, source: str) -> tuple[Rule | None, list[str]]:
             bad(key, "is required")
     rule_id = data.get("id")
     if "id" in data and not (isinstance(rule_id, str) and RULE_ID.match(rule_id)):
-        bad("id", f"must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit (got {rule_id!r})")
+        bad("id", f"must be 1-64 letters, digits, '.', '_' or '-' starting with a letter or digit (got {shown(rule_id)})")
     for key in ("title", "description"):
         if key in data and not (isinstance(data[key], str) and data[key].strip()):
-            bad(key, f"must be a non-empty string (got {data[key]!r})")
+            bad(key, f"must be a non-empty string (got {shown(data[key])})")
     protocol = data.get("protocol")
     if "protocol" in data and protocol not in PROTOCOLS:
-        bad("protocol", f"must be one of {', '.join(PROTOCOLS)} (got {protocol!r})")
+        bad("protocol", f"must be one of {', '.join(PROTOCOLS)} (got {shown(protocol)})")
     category = None
     if "category" in data:
         try:
             category = Category(data["category"])
         except ValueError:
-            bad("category", f"must be one of {', '.join(c.value for c in Category)} (got {data['category']!r})")
+            bad("category", f"must be one of {', '.join(c.value for c in Category)} (got {shown(data['category'])})")
     severity = None
     if "severity" in data:
         try:
@@ -99,14 +115,14 @@ def parse_rule(data: Any, source: str) -> tuple[Rule | None, list[str]]:
         except ValueError:
             severity = None
         if severity is None:
-            bad("severity", f"must be one of Low, Medium, High, Critical (got {data['severity']!r})")
+            bad("severity", f"must be one of Low, Medium, High, Critical (got {shown(data['severity'])})")
     confidence = data.get("confidence")
     if "confidence" in data and not (isinstance(confidence, (int, float)) and not isinstance(confidence, bool)
                                      and 0.0 <= confidence <= 1.0):
-        bad("confidence", f"must be a number from 0.0 to 1.0 (got {confidence!r})")
+        bad("confidence", f"must be a number from 0.0 to 1.0 (got {shown(confidence)})")
     enabled = data.get("enabled", True)
     if not isinstance(enabled, bool):
-        bad("enabled", f"must be true or false (got {enabled!r})")
+        bad("enabled", f"must be true or false (got {shown(enabled)})")
     conditions: list[Condition] = []
     raw_conditions = data.get("conditions")
     if "conditions" in data:
@@ -127,12 +143,12 @@ def parse_rule(data: Any, source: str) -> tuple[Rule | None, list[str]]:
                 name, op_name = raw.get("field"), raw.get("op")
                 spec = FIELDS.get(name) if isinstance(name, str) else None
                 if "field" in raw and spec is None:
-                    bad(f"{where}.field", f"unknown field {name!r} (known: {', '.join(FIELDS)})")
+                    bad(f"{where}.field", f"unknown field {shown(name)} (known: {', '.join(FIELDS)})")
                 elif spec is not None and protocol in PROTOCOLS and protocol not in spec.protocols:
                     bad(f"{where}.field", f"{name} does not exist in {protocol} rules (only {', '.join(sorted(spec.protocols))})")
                 operator = OPERATORS.get(op_name) if isinstance(op_name, str) else None
                 if "op" in raw and operator is None:
-                    bad(f"{where}.op", f"unknown operator {op_name!r} (known: {', '.join(OPERATORS)})")
+                    bad(f"{where}.op", f"unknown operator {shown(op_name)} (known: {', '.join(OPERATORS)})")
                 elif operator is not None and spec is not None and spec.kind not in operator.kinds:
                     bad(f"{where}.op", f"{op_name} does not apply to {spec.kind} field {name}")
                 elif operator is not None and spec is not None and "value" in raw:
@@ -147,13 +163,65 @@ def parse_rule(data: Any, source: str) -> tuple[Rule | None, list[str]]:
                 severity, float(confidence), enabled, tuple(conditions), source), []  # type: ignore[arg-type]
 
 
+def _cut(problem: str) -> str:
+    return problem if len(problem) <= MAX_PROBLEM_CHARS else problem[: MAX_PROBLEM_CHARS - 1] + "…"
+
+
+class _ExpansionTooLarge(Exception):
+    """The document stands for more nodes than MAX_EXPANDED_NODES once its aliases are expanded."""
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], open_nodes: set[int]) -> int:
+    """Nodes under `node` with every alias expanded (memoised per node, so linear in the document)."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    if key in open_nodes:  # an alias to an enclosing node: an infinite structure
+        raise _ExpansionTooLarge
+    open_nodes.add(key)
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        children: list[yaml.Node] = list(node.value)
+    elif isinstance(node, yaml.MappingNode):
+        children = [part for pair in node.value for part in pair]
+    else:
+        children = []
+    for child in children:
+        total += _expanded_size(child, sizes, open_nodes)
+        if total > MAX_EXPANDED_NODES:
+            raise _ExpansionTooLarge
+    open_nodes.discard(key)
+    sizes[key] = total
+    return total
+
+
+def safe_load_bounded(text: str) -> Any:
+    """`yaml.safe_load` of one document, refused (ValueError) when it is too large or aliases expand too far."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_RULE_FILE_BYTES:
+        raise ValueError(f"larger than {MAX_RULE_FILE_BYTES} bytes")
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        try:
+            _expanded_size(node, {}, set())
+        except _ExpansionTooLarge:
+            raise ValueError(f"more than {MAX_EXPANDED_NODES} nodes once aliases are expanded (alias bomb?)") from None
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def parse_text(text: str, source: str) -> tuple[Rule | None, list[str]]:
     try:
-        data = yaml.safe_load(text)
+        data = safe_load_bounded(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "<yaml>"
-        return None, [f"{source}: {where}: not valid YAML: {getattr(err, 'problem', None) or err}"]
+        return None, [_cut(f"{source}: {where}: not valid YAML: {getattr(err, 'problem', None) or err}")]
+    except ValueError as err:
+        return None, [_cut(f"{source}: <file>: {err}")]
     return parse_rule(data, source)
 
 
@@ -168,9 +236,12 @@ def load_directory(directory: Path) -> tuple[list[Rule], list[str]]:
         if path.name.startswith(".") or path.suffix not in SUFFIXES or not path.is_file():
             continue
         try:
+            if path.stat().st_size > MAX_RULE_FILE_BYTES:
+                errors.append(_cut(f"{path.name}: <file>: larger than {MAX_RULE_FILE_BYTES} bytes"))
+                continue
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
-            errors.append(f"{path.name}: <file>: cannot read: {err}")
+            errors.append(_cut(f"{path.name}: <file>: cannot read: {err}"))
             continue
         rule, problems = parse_text(text, path.name)
         errors.extend(problems)

@@ -379,12 +379,13 @@ def stream_together(running: object, streams: list[Stream], slice_ms: int = 60_0
     import time
 
     app = running.app  # type: ignore[attr-defined]
-    stub = running.stub()  # type: ignore[attr-defined]
+    # One certificate per agent, as enrolled agents have: streams are capped per certificate.
+    stubs = [running.stub() for _ in streams]  # type: ignore[attr-defined]
     queues: list[queue.Queue[object]] = [queue.Queue() for _ in streams]
     replies: list[object] = [None] * len(streams)
 
     def run(i: int) -> None:
-        replies[i] = stub.StreamPacketBatches(iter(queues[i].get, None), metadata=[("x-machine-id", streams[i].machine_id)])
+        replies[i] = stubs[i].StreamPacketBatches(iter(queues[i].get, None), metadata=[("x-machine-id", streams[i].machine_id)])
 
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(streams))]
     for thread in threads:

@@ -15,6 +15,7 @@ from appliance.detection.correlation import Correlator, combine
 from appliance.detection.database import DetectionDatabase
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import NameScorer
+from appliance.detection.dpi.dga_words import WordModel
 from appliance.detection.dpi.icmp import is_ping_pattern
 from appliance.model import Category, Detection, Severity
 from tests.appliance.detection import dga_families
@@ -172,7 +173,8 @@ def test_hostile_payloads_never_raise_in_any_layer():
     facts, domains = FlowFacts(), RegisteredDomains()
     signatures = SignatureEngine(RULES, holder, facts, domains)
     assert signatures.reload() == []
-    layers = [DpiLayer(holder, facts, ResolverCache(), domains, NameScorer.load()), signatures, BehaviourLayer(holder)]
+    scorer = NameScorer.load()
+    layers = [DpiLayer(holder, facts, ResolverCache(), domains, scorer, WordModel.load(scorer)), signatures, BehaviourLayer(holder)]
     rng = random.Random(5)
     prefixes = [b"\x16\x03\x01", b"\x16\x03\x01\x00\x05\x01\x00\x00\xff\x03\x03", b"GET / HTTP/1.1\r\n", b"POST ",
                 b"HTTP/1.1 200", b"", b"\xd5\x20\x08\x80"]

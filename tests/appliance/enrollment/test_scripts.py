@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,9 @@ from appliance.generated import sensor_pb2, sensor_pb2_grpc
 from appliance.pki import fingerprint
 from tests.appliance import wire
 from tests.appliance.enrollment.conftest import AGENT_LINUX, embedded, embedded_cert, fetch_script, new_token, put_payload
+
+ROOT = Path(__file__).resolve().parents[3]
+PCAP = ROOT / "tests" / "fixtures" / "pcaps" / "dns-benign-a-aaaa-mx.pcap"
 
 INSTALLER = Path(__file__).resolve().parents[3] / "installer"
 
@@ -199,10 +204,15 @@ def test_linux_script_installs_into_a_temp_root_and_the_agent_streams(enrolling,
     assert "server_name: sensor-appliance\n" in config
     unit = root / "etc" / "systemd" / "system" / "sensor-agent.service"
     assert _mode(unit) == 0o644
-    assert "ExecStart=/usr/local/bin/sensor-agent --config /etc/sensor-agent/agent.yaml" in unit.read_text()
+    # Under SENSOR_INSTALL_ROOT every path written and printed is the installed one, under the root.
+    assert f"ExecStart={binary} --config {etc}/agent.yaml" in unit.read_text()
+    assert f"ca_cert: {certs}/ca.pem\n" in config and f"key: {certs}/agent.key\n" in config
+    assert f"certificates written to {certs}" in result.stdout and f"agent installed at {binary}" in result.stdout
+    assert "verified /static/agents/linux-amd64/sensor-agent (sha256 " in result.stdout
     # The installed unit carries the same hardening as the unit shipped in systemd/.
     shipped = (Path(__file__).resolve().parents[3] / "systemd" / "sensor-agent.service").read_text()
-    directives = {line for line in shipped.splitlines() if "=" in line and not line.startswith(("#", "Description"))}
+    directives = {line for line in shipped.splitlines()
+                  if "=" in line and not line.startswith(("#", "Description", "ExecStart"))}
     assert directives <= set(unit.read_text().splitlines())
     assert not list(root.rglob("*.part*"))
 
@@ -213,6 +223,11 @@ def test_linux_script_installs_into_a_temp_root_and_the_agent_streams(enrolling,
     reply = stub.StreamPacketBatches(iter([sensor_pb2.PacketBatch(packets=[wire.packet()])]),
                                      metadata=[("x-machine-id", "0123456789abcdef0123456789abcdef")])
     assert reply.packets_received == 1
+    # And the agent, started with the written configuration as the unit starts it, reads its files and streams.
+    replay = subprocess.run([sys.executable, "-m", "agents", "--config", str(etc / "agent.yaml"), "--pcap",
+                             str(PCAP)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert replay.returncode == 0, replay.stderr
+    assert json.loads(replay.stdout)["appliance_received"] > 0
 
     # Re-running with a new token replaces the certificate and keeps the machine id.
     token2 = new_token(enrolling)["token"]
@@ -341,3 +356,19 @@ def test_rendered_powershell_script_nests_properly(appliance):
             stack.pop()
     assert stack == []
     assert script.rstrip().endswith("}")  # the whole script is one scriptblock: a cut download runs nothing
+
+
+@pytest.mark.skipif(not shutil.which("curl"), reason="needs curl")
+def test_linux_script_stops_when_a_download_does_not_match_the_payload_manifest(enrolling, tmp_path):
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "machine-id").write_text("abc\n")
+    script = fetch_script(enrolling, "linux", new_token(enrolling)["token"])[1]
+    # The file changes on the appliance after the script was issued (a tampered or half-written payload).
+    served = enrolling.app.extras["artifacts"].resolve("agents/linux-amd64/sensor-agent")
+    served.write_bytes(b"#!/bin/sh\necho swapped\n")
+    result = _run_script(script, root)
+    assert result.returncode != 0
+    assert "/static/agents/linux-amd64/sensor-agent does not match the payload manifest" in result.stderr
+    assert not (root / "usr" / "local" / "bin" / "sensor-agent").exists()
+    assert not list(root.rglob("*.part*"))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 
 from appliance.flows.tracker import (
     CLASS_DNS, CLASS_OTHER, CLASS_UDP, CLASSES, END_ACTIVE, END_EVICTED, END_FULL, END_IDLE,
-    END_SHUTDOWN, END_STREAM, END_TCP_CLOSE, FlowLimits, FlowTimeouts, flow_id,
+    END_SHUTDOWN, END_STREAM, END_TCP_CLOSE, FlowIds, FlowLimits, FlowTimeouts,
 )
 from appliance.ingest.convert import (
     FIX_PAYLOAD_TRUNCATED, FIX_SHORT_HEADER, FIX_TIMESTAMP, REJECT_BAD_DIRECTION, REJECT_BAD_PORT,
@@ -139,8 +139,10 @@ class ReferenceFlowTracker:
         timeouts: FlowTimeouts | None = None,
         limits: FlowLimits | None = None,
         on_dns_response: Callable[[str, DnsMessage], None] | None = None,
+        flow_ids: FlowIds | None = None,
     ) -> None:
         self._on_expire = on_expire
+        self._next_id = flow_ids or FlowIds()
         # DNS answers are wanted as they arrive (the resolver cache must know a name was resolved
         # before the connection to its address is analysed); they come from the one parse here.
         self._on_dns_response = on_dns_response
@@ -189,7 +191,7 @@ class ReferenceFlowTracker:
                     if self._count >= limits.max_flows:
                         self._evict_oldest()
                     flow = FlowRecord(
-                        flow_id(*key), agent_id, protocol, _TRANSPORTS.get(protocol, Transport.OTHER),
+                        self._next_id(), agent_id, protocol, _TRANSPORTS.get(protocol, Transport.OTHER),
                         local_ip, local_port, remote_ip, remote_port, ts, ts,
                     )
                     table[key] = flow

@@ -1,0 +1,202 @@
+"""DGA signals from what the network shows, each a detection of its own.
+
+A DGA host looks up many registered domains that nobody else looks up and that do not exist; the
+names also look made (random letters, word salad, or pronounceable nonsense). Two detectors judge
+these separately, per agent, over `dga.burst_window_s` of event time, so that correlation sees two
+independent signals even for a family that tries only 8-12 names before it reaches its server:
+
+- ``dpi.dns.nx_burst`` (network): distinct *unknown* registered domains answered NXDOMAIN in the
+  window, where unknown means fewer than `dga.common_domain_agents` agents looked
+  it up in the last `dga.prevalence_window_s` (a dead name the whole office asks for is a
+  misconfiguration, not malware). It needs `dga.burst_min_domains` of them, and more than
+  `dga.burst_baseline_factor` times what this agent usually has per window (its own baseline);
+  an NXDOMAIN share three times the population's adds confidence.
+- ``dpi.dns.dga_lexical`` (names): among those unresolved unknown domains, the ones whose label
+  has a DGA shape (`dga_words.WordModel.shape`: random, dictionary or pronounceable); it needs
+  `dga.lexical_min_domains` of them and `dga.lexical_min_share` of the unresolved ones.
+
+Evidence names the domains, their kinds, their segmentation, and the resolved answers' TTLs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from appliance.detection.analysis_config import AnalysisConfig
+from appliance.detection.detections import Throttle, make_detection
+from appliance.detection.domains import RegisteredDomains
+from appliance.detection.dpi.dga import ramp
+from appliance.detection.dpi.dga_words import LabelShape, WordModel
+from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
+
+_NS = 1_000_000_000
+# NXDOMAIN only: a resolver outage answers SERVFAIL for every name of every host, which is no DGA.
+_FAILED_RCODES = frozenset({3})
+_LOCAL_SUFFIXES = ("arpa", "local", "lan", "internal", "localdomain", "home")
+_MAX_AGENTS = 100_000
+_MAX_DOMAINS = 200_000
+_MAX_PER_AGENT = 256  # far above any threshold; bounds the work of one judgement
+
+
+@dataclass(slots=True)
+class _AgentFailures:
+    """One agent's unresolved registered domains in the window, and its baseline of them."""
+
+    failed: dict[str, tuple[int, str]] = field(default_factory=dict)  # registered -> (ts, label), oldest first
+    window_start: int = 0
+    baseline: float = 0.0  # running mean of unresolved unknown domains per closed window
+    windows: int = 0
+    answers: int = 0  # answers and NXDOMAIN answers in the current window
+    failures: int = 0
+    last_share: float = 0.0  # NXDOMAIN share of the last closed window with enough answers
+    ttls: deque[int] = field(default_factory=lambda: deque(maxlen=64))  # TTLs of what did resolve lately
+
+
+class DgaSignals:
+    """The NXDOMAIN-burst and lexical DGA detectors, fed the DNS messages of finished flows."""
+
+    def __init__(self, domains: RegisteredDomains, words: WordModel) -> None:
+        self._domains = domains
+        self._words = words
+        self._agents: dict[str, _AgentFailures] = {}
+        self._askers: dict[str, list] = {}  # registered -> [last ts, agents asking (capped)]
+        self._population_share = 0.0  # running mean of the agents' NXDOMAIN share per closed window
+        self._population_windows = 0
+        self._throttle = Throttle()
+
+    def analyze(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
+        c = config.dga
+        agent_id = flow.agent_id
+        state = self._agents.get(agent_id)
+        if state is None:
+            if len(self._agents) >= _MAX_AGENTS:
+                self._agents.clear()
+            state = self._agents[agent_id] = _AgentFailures(window_start=flow.first_ns)
+        failed_any = False
+        now_ns = flow.first_ns
+        last_registered = ""
+        split = self._domains.split
+        for message in flow.dns:
+            name = message.qname
+            if not name:
+                continue
+            ts = message.timestamp_ns or flow.last_ns
+            if ts > now_ns:
+                now_ns = ts
+            if message.is_response:
+                state.answers += 1
+                if message.rcode in _FAILED_RCODES:
+                    state.failures += 1
+                    if "." not in name or name.endswith(_LOCAL_SUFFIXES):
+                        continue
+                    registered, label = split(name)
+                    failed = state.failed
+                    failed.pop(registered, None)  # re-insert: insertion order stays time order
+                    failed[registered] = (ts, label)
+                    if len(failed) > _MAX_PER_AGENT:
+                        del failed[next(iter(failed))]
+                    failed_any = True
+                elif message.answers:
+                    state.ttls.append(message.answers[0].ttl)
+                continue
+            if "." not in name or name.endswith(_LOCAL_SUFFIXES):
+                continue
+            registered = split(name)[0]
+            if registered != last_registered:  # a flow's many names under one domain count once
+                last_registered = registered
+                self._count_asker(registered, agent_id, ts, c.common_domain_agents, c.prevalence_window_s)
+        if now_ns - state.window_start >= int(c.burst_window_s * _NS):
+            self._close_window(state, now_ns, c.common_domain_agents)
+        if not failed_any:
+            return []
+        return self._judge(flow, state, now_ns, config)
+
+    def _close_window(self, state: _AgentFailures, now_ns: int, cap: int) -> None:
+        """One value per closed window for the agent's baseline, and its NXDOMAIN share for the population."""
+        unknown = sum(1 for d, (ts, _) in state.failed.items() if ts >= state.window_start and not self._is_common(d, cap))
+        state.windows += 1
+        state.baseline += (unknown - state.baseline) / min(state.windows, 20)
+        if state.answers >= 10:
+            state.last_share = state.failures / state.answers
+            self._population_windows += 1
+            self._population_share += (state.last_share - self._population_share) / min(self._population_windows, 1000)
+        state.window_start, state.answers, state.failures = now_ns, 0, 0
+
+    def _count_asker(self, registered: str, agent_id: str, ts: int, cap: int, window_s: float) -> None:
+        entry = self._askers.get(registered)
+        if entry is None or ts - entry[0] > window_s * _NS:
+            if len(self._askers) >= _MAX_DOMAINS:
+                self._askers.clear()
+            self._askers[registered] = [ts, {agent_id}]
+            return
+        if ts > entry[0]:
+            entry[0] = ts
+        agents = entry[1]
+        if len(agents) < cap:
+            agents.add(agent_id)
+
+    def _is_common(self, registered: str, cap: int) -> bool:
+        entry = self._askers.get(registered)
+        return entry is not None and len(entry[1]) >= cap
+
+    def _judge(self, flow: FlowRecord, state: _AgentFailures, now_ns: int, config: AnalysisConfig) -> list[Detection]:
+        c = config.dga
+        window_ns = int(c.burst_window_s * _NS)
+        failed = state.failed
+        horizon = now_ns - window_ns
+        while failed:
+            first = next(iter(failed))
+            if failed[first][0] >= horizon:
+                break
+            del failed[first]
+        unknown = [(d, label) for d, (_, label) in failed.items() if not self._is_common(d, c.common_domain_agents)]
+        count = len(unknown)
+        if count < min(c.burst_min_domains, c.lexical_min_domains):
+            return []
+        threshold = max(float(c.burst_min_domains), c.burst_baseline_factor * state.baseline)
+        share = state.failures / state.answers if state.answers else 0.0
+        resolver = ip_str(flow.remote_ip)
+        interval = config.detectors.report_interval_s
+        common = dict(agent_id=flow.agent_id, indicator=resolver, protocol="dns", transport="udp",
+                      flow_ids=[flow.flow_id], first_ns=max(horizon, failed[next(iter(failed))][0]),
+                      last_ns=now_ns, remote_ip=resolver)
+        out: list[Detection] = []
+        if count >= threshold and self._throttle.allow(("nx_burst", flow.agent_id, resolver), now_ns, interval):
+            evidence = {"unresolved_unknown_domains": count, "unresolved_domains": len(failed),
+                        "baseline_per_window": round(state.baseline, 2), "baseline_windows": state.windows,
+                        "nxdomain_share": round(share, 2), "previous_window_nxdomain_share": round(state.last_share, 2),
+                        "population_nxdomain_share": round(self._population_share, 3),
+                        "population_windows": self._population_windows,
+                        "window_s": c.burst_window_s, "resolver": resolver,
+                        "resolved_ttl_median": sorted(state.ttls)[len(state.ttls) // 2] if state.ttls else None,
+                        "sample_domains": [d for d, _ in unknown[-8:]],
+                        "reason": f"{count} never-seen registered domains failed to resolve within {c.burst_window_s:.0f} s"}
+            # Failing far more often than the other hosts do is a little more evidence.
+            above_population = self._population_windows >= 10 and share >= 3 * max(self._population_share, 0.02)
+            confidence = 0.45 + 0.3 * ramp(count, c.burst_min_domains, 4 * c.burst_min_domains) + (0.1 if above_population else 0.0)
+            out.append(make_detection("dpi.dns.nx_burst", Category.DGA, confidence, Severity.MEDIUM,
+                                      evidence=evidence, **common))  # type: ignore[arg-type]
+        if count >= c.lexical_min_domains:
+            shapes = [self._words.shape(label) for _, label in unknown]
+            made = [s for s in shapes if s.kind]
+            share = len(made) / count
+            if len(made) >= c.lexical_min_domains and share >= c.lexical_min_share and \
+                    self._throttle.allow(("dga_lexical", flow.agent_id, resolver), now_ns, interval):
+                out.append(self._lexical(made, share, count, c.lexical_min_domains, c.burst_window_s, common))
+        return out
+
+    @staticmethod
+    def _lexical(made: list[LabelShape], share: float, count: int, minimum: int, window_s: float,
+                 common: dict[str, object]) -> Detection:
+        kinds = Counter(s.kind for s in made)
+        lead = kinds.most_common(1)[0][0]
+        word_shapes = [s for s in made if s.kind == "dictionary"]
+        evidence = {"dga_like_domains": len(made), "unresolved_unknown_domains": count, "dga_like_share": round(share, 2),
+                    "kinds": dict(kinds), "window_s": window_s,
+                    "mean_word_count": round(sum(len(s.words) for s in word_shapes) / len(word_shapes), 2) if word_shapes else None,
+                    "samples": [s.evidence() for s in made[-5:]],
+                    "reason": f"{len(made)} unresolved names shaped like a {lead} DGA ({', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))})"}
+        confidence = 0.45 + 0.3 * ramp(len(made), minimum, 4 * minimum) + 0.15 * ramp(share, 0.5, 1.0)
+        return make_detection("dpi.dns.dga_lexical", Category.DGA, confidence, Severity.HIGH,
+                              evidence=evidence, **common)  # type: ignore[arg-type]
