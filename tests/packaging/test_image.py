@@ -46,8 +46,13 @@ def iso(deb_build: DebBuild, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+OVMF_CODE, OVMF_VARS = Path("/usr/share/OVMF/OVMF_CODE_4M.fd"), Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
+
+
 class Machine:
-    def __init__(self, iso: Path, work: Path) -> None:
+    """The ISO under qemu: BIOS (SeaBIOS) with the VM manager's credentials, or UEFI (OVMF) with none."""
+
+    def __init__(self, iso: Path, work: Path, *, uefi: bool = False) -> None:
         self.rest, self.grpc, self.console = free_port(), free_port(), free_port()
         self.token = secrets.token_urlsafe(32)
         self.serial = work / "serial.log"
@@ -56,13 +61,18 @@ class Machine:
             f"enrollment:\n  base_url: https://localhost:{self.rest}\n  grpc_url: https://localhost:{self.grpc}\n")
         forwards = ",".join(f"hostfwd=tcp:127.0.0.1:{host}-:{guest}" for host, guest in
                             ((self.rest, 8080), (self.grpc, 50051), (self.console, 3000)))
+        if uefi:  # a newcomer's boot: no credentials, the packaged config and a generated admin token
+            shutil.copy(OVMF_VARS, work / "vars.fd")
+            machine = ["-machine", "q35", "-drive", f"if=pflash,format=raw,readonly=on,file={OVMF_CODE}",
+                       "-drive", f"if=pflash,format=raw,file={work / 'vars.fd'}"]
+        else:
+            machine = ["-smbios", "type=11,value=io.systemd.credential.binary:sensor.config="
+                                  + base64.b64encode(config.encode()).decode(),
+                       "-smbios", f"type=11,value=io.systemd.credential:sensor.admin-token={self.token}"]
         self.qemu = subprocess.Popen([
             "qemu-system-x86_64", "-accel", "tcg", "-m", "1536", "-smp", "2", "-cdrom", str(iso), "-boot", "d",
             "-display", "none", "-monitor", "none", "-no-reboot", "-serial", f"file:{self.serial}",
-            "-netdev", f"user,id=n0,{forwards}", "-device", "virtio-net-pci,netdev=n0",
-            "-smbios", "type=11,value=io.systemd.credential.binary:sensor.config="
-                       + base64.b64encode(config.encode()).decode(),
-            "-smbios", f"type=11,value=io.systemd.credential:sensor.admin-token={self.token}",
+            "-netdev", f"user,id=n0,{forwards}", "-device", "virtio-net-pci,netdev=n0", *machine,
         ], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.ca = work / "ca.pem"
 
@@ -109,13 +119,22 @@ class Machine:
         self.qemu.wait(30)
 
 
-@pytest.fixture()
-def machine(iso: Path, tmp_path: Path) -> Iterator[Machine]:
-    vm = Machine(iso, tmp_path)
+def booted(iso: Path, tmp_path: Path, *, uefi: bool) -> Iterator[Machine]:
+    vm = Machine(iso, tmp_path, uefi=uefi)
     yield vm
     vm.stop()
     if vm.serial.exists():  # kept for whoever reads a failure (CI uploads var/)
-        shutil.copy(vm.serial, ROOT / "var/image-boot-serial.log")
+        shutil.copy(vm.serial, ROOT / f"var/image-boot-serial{'-uefi' if uefi else ''}.log")
+
+
+@pytest.fixture()
+def machine(iso: Path, tmp_path: Path) -> Iterator[Machine]:
+    yield from booted(iso, tmp_path, uefi=False)
+
+
+@pytest.fixture()
+def uefi_machine(iso: Path, tmp_path: Path) -> Iterator[Machine]:
+    yield from booted(iso, tmp_path, uefi=True)
 
 
 def test_the_iso_boots_and_a_host_agent_enrolls_streams_and_raises_an_alert(machine: Machine, tmp_path: Path) -> None:
@@ -153,3 +172,18 @@ def test_the_iso_boots_and_a_host_agent_enrolls_streams_and_raises_an_alert(mach
     if HAS_CONSOLE:
         assert wait_for(machine.console_answers, timeout=120, interval=2), "the console on port 3000 does not answer"
     print(f"\nboot to Running: {booted:.0f} s; to first alert: {time.monotonic() - started:.0f} s")
+
+
+def test_the_iso_boots_under_uefi_without_credentials_to_a_running_appliance_and_console(uefi_machine: Machine) -> None:
+    started = time.monotonic()
+    assert wait_for(uefi_machine.trust_on_first_use, timeout=BOOT_LIMIT, interval=5), uefi_machine.log()[-4000:]
+    assert wait_for(lambda: uefi_machine.api("GET", "/api/status", token=False).get("status") == "Running", timeout=120)
+    log = uefi_machine.log()
+    assert "First console login: root /" in log and "sensor-appliance login:" in log
+    # No credential, so no token from the VM manager: the machine made its own, and ours is refused.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        uefi_machine.api("GET", "/api/v1/metrics")
+    assert refused.value.code == 401
+    if HAS_CONSOLE:
+        assert wait_for(uefi_machine.console_answers, timeout=120, interval=2), "the console on port 3000 does not answer"
+    print(f"\nUEFI boot to Running: {time.monotonic() - started:.0f} s")
