@@ -140,3 +140,6 @@ dga-models: $(TEST_STAMP) | sysdeps-test
 	$(PY) -m appliance.detection.dpi.dga build /usr/share/dict/american-english
 	$(PY) -m appliance.detection.dpi.dga_words build /usr/share/dict/american-english
 -include console/console.mk
+
+# Packaging: make deb, make repo, make image (packaging/).
+-include packaging/packaging.mk

@@ -27,10 +27,12 @@ def _notify(state: str) -> None:
     daemon.notify(state)
 
 
-def wait_for_stop_signal(ready: Callable[[], None] | None = None) -> int:
+def wait_for_stop_signal(ready: Callable[[], None] | None = None, watchdog: Callable[[], None] | None = None) -> int:
     """Block until SIGTERM or SIGINT; return which (shared by the appliance and the dashboard).
 
     `ready` runs once the handlers are in place, so a signal sent on readiness is never the default kill.
+    `watchdog` runs every WatchdogSec/2 when systemd supervises with WatchdogSec= (it sets WATCHDOG_USEC and
+    restarts a process whose pings stop).
     """
     # The handler only appends: taking a lock (Event.set, logging) inside a signal handler deadlocks
     # when a second signal arrives while the first handler holds it (a double Ctrl-C, say).
@@ -39,7 +41,12 @@ def wait_for_stop_signal(ready: Callable[[], None] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda signum, _frame: requested.append(signum))
     if ready is not None:
         ready()
+    watchdog_every = int(os.environ.get("WATCHDOG_USEC", "0") or 0) / 2e6 if watchdog is not None else 0
+    next_ping = time.monotonic()
     while not requested:
+        if watchdog is not None and watchdog_every and time.monotonic() >= next_ping:
+            watchdog()
+            next_ping = time.monotonic() + watchdog_every
         time.sleep(0.2)
     return requested[0]
 
@@ -97,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  authenticate   : curl --cacert {appliance.ca.ca_cert_path} -H \"Authorization: Bearer $TOKEN\" "
           f"{scheme}://localhost:{appliance.rest_port}/api/v1/metrics", flush=True)
 
-    signum = wait_for_stop_signal(ready=lambda: _notify("READY=1"))
+    signum = wait_for_stop_signal(ready=lambda: _notify("READY=1"), watchdog=lambda: _notify("WATCHDOG=1"))
     logging.getLogger("appliance").info("signal %d: shutting down", signum)
     _notify("STOPPING=1")
     appliance.stop()

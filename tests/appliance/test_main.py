@@ -141,3 +141,33 @@ def test_a_configured_signatures_directory_that_does_not_exist_stops_startup(tmp
     assert proc.returncode == 2
     assert f"paths.signatures_dir: no such directory (got '{tmp_path}/no-such-rules')" in out
     assert not (tmp_path / "no-such-rules").exists()
+
+
+@pytest.mark.slow
+def test_pings_the_systemd_watchdog_while_running(tmp_path):
+    import socket
+    sock_path = str(tmp_path / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(sock_path)
+    sock.settimeout(60)
+    (tmp_path / "sig").mkdir()  # a configured signatures directory must exist
+    config = tmp_path / "config.yaml"
+    config.write_text(f"""
+grpc: {{listen: "127.0.0.1:0"}}
+rest: {{listen: "127.0.0.1:0"}}
+paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_dir: "{tmp_path}/static", signatures_dir: "{tmp_path}/sig"}}
+""")
+    # WatchdogSec=1: systemd would restart a process silent for 1 s, so pings must keep coming.
+    env = dict(os.environ, NOTIFY_SOCKET=sock_path, WATCHDOG_USEC="1000000")
+    proc = subprocess.Popen([sys.executable, "-m", "appliance", "--config", str(config)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert b"READY=1" in sock.recv(4096)
+        sock.settimeout(5)
+        pings = [sock.recv(4096) for _ in range(3)]
+        assert all(b"WATCHDOG=1" in ping for ping in pings)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        sock.close()
