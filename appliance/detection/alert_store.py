@@ -9,7 +9,7 @@ from typing import Any
 from appliance.detection.alert import Alert
 from appliance.detection.alert_query import STATUSES, AlertFilter, AlertOrder
 from appliance.detection.database import DetectionDatabase
-from appliance.detection.triage import TRANSITIONS, InvalidTransition
+from appliance.detection.triage import CLOSED, TRANSITIONS, InvalidTransition
 
 
 _COLUMNS = ("id, agent_id, indicator, category, severity, confidence, summary, first_ns, last_ns, status, "
@@ -24,6 +24,7 @@ class AlertStore:
         self._active = self._count_active()
 
     def _count_active(self) -> int:
+        """Counted over the table: at start-up and after triage or deletions, never per saved alert."""
         with self._db.lock:
             row = self._db.conn.execute(
                 "SELECT COUNT(*) FROM alerts WHERE status NOT IN ('Resolved', 'FalsePositive')").fetchone()
@@ -51,15 +52,18 @@ class AlertStore:
         status, which an analyst may have changed since the correlator read it."""
         with self._db.lock, self._db.conn:
             if event == "opened":
+                # The active count moves by this one row: a COUNT over the table on every save made
+                # correlation slower with every alert ever stored (quadratic over a busy day).
+                before = self._db.conn.execute("SELECT status FROM alerts WHERE id = ?", (alert.id,)).fetchone()
                 self._db.conn.execute(f"INSERT OR REPLACE INTO alerts ({_COLUMNS}) VALUES ({', '.join('?' * 14)})",
                                       self._row(alert))
+                self._active += (alert.status not in CLOSED) - (before is not None and before[0] not in CLOSED)
             else:
                 self._db.conn.execute(
                     "UPDATE alerts SET category = ?, severity = ?, confidence = ?, summary = ?, first_ns = ?, last_ns = ?, "
                     "detections = ?, detection_count = ?, updated_at = ? WHERE id = ?",
                     (alert.category, alert.severity, alert.confidence, alert.summary, alert.first_ns, alert.last_ns,
                      json.dumps(alert.detections, default=str), alert.detection_count, alert.updated_at, alert.id))
-        self._active = self._count_active()
 
     def get(self, alert_id: str) -> Alert | None:
         with self._db.lock:

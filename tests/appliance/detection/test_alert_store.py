@@ -1,0 +1,45 @@
+"""AlertStore's active count: kept by each save (never a scan of the table per alert) and always equal to
+what the table says."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from appliance.detection.alert import Alert
+from appliance.detection.alert_store import AlertStore
+from appliance.detection.database import DetectionDatabase
+
+
+def alert(n: int, status: str = "New") -> Alert:
+    return Alert(id=f"alert-{n}", agent_id="agent-1", indicator=f"203.0.113.{n}", category="RawIpTls", severity=2,
+                 confidence=0.7, summary="", first_ns=n, last_ns=n, status=status)
+
+
+def counted(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT COUNT(*) FROM alerts WHERE status NOT IN ('Resolved', 'FalsePositive')").fetchone()[0]
+
+
+def test_the_active_count_follows_every_change_and_matches_the_table(tmp_path: Path) -> None:
+    path = tmp_path / "detection.db"
+    db = DetectionDatabase(path)
+    store = AlertStore(db)
+    for n in range(50):
+        store.save("opened", alert(n))
+    assert store.active == 50 == counted(path)
+    store.save("updated", alert(3))  # an update never changes the triage status
+    assert store.active == 50
+    store.set_status("alert-1", "Resolved")
+    store.set_status("alert-2", "FalsePositive")
+    assert store.active == 48 == counted(path)
+    store.save("opened", alert(1))  # the same id opened again over a resolved row counts once more
+    assert store.active == 49 == counted(path)
+    store.save("opened", alert(4))  # over an active row: no change
+    assert store.active == 49 == counted(path)
+    store.save("opened", alert(60, status="Resolved"))
+    assert store.active == 49 == counted(path)
+    db.close()
+    reopened = DetectionDatabase(path)
+    assert AlertStore(reopened).active == 49
+    reopened.close()
