@@ -115,20 +115,30 @@ def _settle(running: object, agent_id: str, remote_port: int) -> int:
 def main() -> None:
     subprocess.run(["make", "-s", "agents-gen"], cwd=ROOT, check=True)
     decode, encode = decode_rate()
-    print(f"agent decode: {decode:,.0f} packets/s on one core (median of {ROUNDS} rounds, {FRAMES:,} real frames)")
-    print(f"agent decode+encode to PacketBatch: {encode:,.0f} packets/s on one core")
+    lines = [f"agent decode: {decode:,.0f} packets/s on one core (median of {ROUNDS} rounds, {FRAMES:,} real frames)",
+             f"agent decode+encode to PacketBatch: {encode:,.0f} packets/s on one core"]
+    figures: dict = {"taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rounds": ROUNDS,
+                     "decode_pkt_s": decode, "decode_encode_pkt_s": encode}
     from tests.agents.netns import lab_available
 
     reason = lab_available()
     if reason:
-        print(f"agent capture loss: skipped ({reason})")
-        return
-    rounds = capture_loss()
-    losses = [1 - counted / sent for sent, counted, _ in rounds]
-    rates = [sent / seconds for sent, _, seconds in rounds]
-    detail = ", ".join(f"{counted}/{sent}" for sent, counted, _ in rounds)
-    print(f"agent capture loss under a {BURST:,}-datagram burst at ~{statistics.median(rates):,.0f} packets/s: "
-          f"{statistics.median(losses):.2%} (median of {len(rounds)} rounds; counted/sent {detail})")
+        lines.append(f"agent capture loss: skipped ({reason})")
+        figures["capture_loss_skipped"] = reason
+    else:
+        rounds = capture_loss()
+        losses = [1 - counted / sent for sent, counted, _ in rounds]
+        rates = [sent / seconds for sent, _, seconds in rounds]
+        detail = ", ".join(f"{counted}/{sent}" for sent, counted, _ in rounds)
+        lines.append(f"agent capture loss under a {BURST:,}-datagram burst at ~{statistics.median(rates):,.0f} packets/s: "
+                     f"{statistics.median(losses):.2%} (median of {len(rounds)} rounds; counted/sent {detail})")
+        figures.update(capture_loss=statistics.median(losses), burst_pkt_s=statistics.median(rates),
+                       rounds_counted_sent=[[counted, sent] for sent, counted, _ in rounds])
+    print("\n".join(lines))
+    out = ROOT / "var" / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "agent.txt").write_text("\n".join(lines) + "\n")
+    (out / "agent.json").write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":
