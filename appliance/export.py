@@ -5,8 +5,10 @@ JSON object with `timestamp`, `event_type` ("alert" or "flow"), the agent and th
 `alert` or `flow` object. The shape is `appliance/export_schema.json` (JSON Schema); docs/export.md
 describes it field by field.
 
-Writing never blocks ingestion or analysis: events go into a bounded queue that a writer thread drains;
-when the queue is full the event is dropped and counted (`export_dropped`). Files rotate by size the
+Writing never blocks ingestion or analysis: flow records go into a bounded queue as they are (the fields exported
+do not change once a flow has ended) and become lines on the writer thread, so the ingest thread that hands flows over
+pays one append per flow; alerts, which change after they are published, are rendered at once. When the
+queue is full the event is dropped and counted (`export.dropped` in the metrics). Files rotate by size the
 way shippers expect (rename: `eve.json` -> `eve.json.1` ... `eve.json.<keep>`, then a new `eve.json`).
 """
 
@@ -78,7 +80,7 @@ class JsonLinesExporter:
     def __init__(self, path: Path, *, flows: bool, alerts: bool, queue_size: int, max_bytes: int, keep: int) -> None:
         self.path = path
         self.flows_enabled, self.alerts_enabled = flows, alerts
-        self._queue: deque[dict[str, Any]] = deque()
+        self._queue: deque[FlowRecord | dict[str, Any]] = deque()  # records, or alert lines already rendered
         self._queue_size, self._max_bytes, self._keep = queue_size, max_bytes, keep
         self._cond = threading.Condition()
         self._stop = False
@@ -91,13 +93,13 @@ class JsonLinesExporter:
     # -- producers (tracker hand-off, alert channel) ---------------------------------------------
     def flows(self, flows: Iterable[FlowRecord]) -> None:
         if self.flows_enabled:
-            self._put([flow_event(f) for f in flows])
+            self._put(list(flows))
 
     def alert(self, event: str, alert: Alert) -> None:
         if self.alerts_enabled:
             self._put([alert_event(event, alert)])
 
-    def _put(self, events: list[dict[str, Any]]) -> None:
+    def _put(self, events: list[FlowRecord | dict[str, Any]]) -> None:
         with self._cond:
             room = self._queue_size - len(self._queue)
             if room < len(events):
@@ -139,9 +141,10 @@ class JsonLinesExporter:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
         return os.fdopen(fd, "a", encoding="utf-8")
 
-    def _write(self, handle: Any, batch: list[dict[str, Any]]) -> Any:
+    def _write(self, handle: Any, batch: list[FlowRecord | dict[str, Any]]) -> Any:
         try:
-            for event in batch:
+            for item in batch:
+                event = flow_event(item) if isinstance(item, FlowRecord) else item
                 handle.write(json.dumps(event, separators=(",", ":"), ensure_ascii=False) + "\n")
                 self.written += 1
                 if handle.tell() >= self._max_bytes:
