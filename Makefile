@@ -68,10 +68,11 @@ $(NATIVE): appliance/native/fastpath.c pyproject.toml $(STAMP)
 
 venv: $(STAMP) $(NATIVE)
 
-$(GEN): proto/sensor.proto $(STAMP) $(NATIVE)
+$(GEN): proto/sensor.proto proto/flow_record.proto $(STAMP) $(NATIVE)
 	@mkdir -p appliance/generated
 	@touch appliance/generated/__init__.py
 	$(PY) -m grpc_tools.protoc -Iappliance/generated=proto --python_out=. --grpc_python_out=. --pyi_out=. proto/sensor.proto
+	$(PY) -m grpc_tools.protoc -Iappliance/generated=proto --python_out=. --pyi_out=. proto/flow_record.proto
 
 gen: $(GEN)
 

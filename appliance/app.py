@@ -9,6 +9,7 @@ import secrets
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -29,6 +30,8 @@ from appliance.metrics import MetricsCollector, MetricsHistory, ThroughputMeter
 from appliance.retention import RetentionService
 from appliance.model import FlowRecord
 from appliance.pipeline import AnalysisPipeline
+from appliance.analysis.local import LocalAnalysis, NoAnalysis
+from appliance.analysis.process import AnalysisProcess
 from appliance.detection import DetectionParts
 from appliance.detection.alert_channel import AlertChannel
 from appliance.detection.alert_store import AlertStore
@@ -99,7 +102,7 @@ class Appliance:
     settings: Settings
     ingest: IngestService
     tracker: FlowTracker
-    pipeline: AnalysisPipeline
+    analysis: LocalAnalysis | AnalysisProcess | NoAnalysis  # where flows go: a thread here or the analysis process
     agents: AgentRegistry
     api: Api
     history: MetricsHistory
@@ -112,8 +115,11 @@ class Appliance:
     retention: RetentionService
     console_settings: ConsoleSettingsStore
     capture: CaptureSupervisor
+    detection_db: DetectionDatabase | None = None
+    watcher: SignatureWatcher | None = None  # this process's view of the rule files follows them
+    # The analysis stack when it runs on a thread of this process (analysis.worker: thread), else None.
     detection: DetectionParts | None = None
-    exporter: JsonLinesExporter | None = None  # export.enabled
+    pipeline: AnalysisPipeline | None = None
     grpc_port: int = 0
     rest_port: int = 0
     _grpc: grpc.Server | None = None
@@ -124,13 +130,11 @@ class Appliance:
 
     def start(self) -> None:
         s = self.settings
-        self.pipeline.start()
+        self.analysis.start()  # the process was spawned in build(), before gRPC: this starts its sender
         self.history.start()
-        if self.detection is not None:
-            self.detection.watcher.start()
+        if self.watcher is not None:
+            self.watcher.start()
         self.retention.start()
-        if self.exporter is not None:
-            self.exporter.start()
         servicer = SensorServicer(self.ingest, authorize=self.stream_gate)
         credentials = None
         if s.grpc.tls:
@@ -186,18 +190,77 @@ class Appliance:
         for thread in self._threads:
             thread.join(timeout=5)
         self.tracker.flush_all()
-        self.pipeline.drain()
-        self.pipeline.stop()
-        if self.exporter is not None:
-            self.exporter.stop()  # after the drain: the flushed flows and their alerts are written too
+        self.analysis.drain()  # every flushed flow through analysis (and the export) before the stores close
+        self.analysis.stop()
         self.history.stop()
         self.retention.stop()
         if self._rest is not None:
             self._rest.stop()
         self.enrollment_store.close()
-        if self.detection is not None:
-            self.detection.watcher.stop()
-            self.detection.db.close()
+        if self.watcher is not None:
+            self.watcher.stop()
+        if self.detection_db is not None:
+            self.detection_db.close()
+
+
+@dataclass
+class DetectionStores:
+    """The detection database and what lives in it: opened by the server and by the analysis process."""
+
+    db: DetectionDatabase
+    config: AnalysisConfigHolder
+    alerts: AlertStore
+    exclusions: ExclusionStore
+    console_settings: ConsoleSettingsStore
+
+
+def open_stores(settings: Settings, alerts_saved_elsewhere: bool = False) -> DetectionStores:
+    """Open (and migrate) the detection database with its stores."""
+    db = DetectionDatabase(settings.paths.state_dir / DETECTION_DB)
+    config_store = ConfigStore(db)
+    config = AnalysisConfigHolder(load_analysis_config(config_store, settings.analysis.detectors), config_store)
+    return DetectionStores(db, config, AlertStore(db, shared=alerts_saved_elsewhere),
+                           ExclusionStore(db), ConsoleSettingsStore(db, config))
+
+
+def build_analysis(settings: Settings, stores: DetectionStores,
+                   on_drop: Callable[[str, int], None] | None = None) -> tuple[DetectionParts, AnalysisPipeline]:
+    """Wire the analysis stack (layers, correlation, alerts out, export) on `stores`.
+
+    The one recipe for both places analysis runs: a thread of the server, or the analysis process
+    (`appliance.analysis.worker`). The three layers run one after another (threads under the GIL would
+    only add switching), then exclusions and the console's layer switches, then correlation into alerts.
+    """
+    paths = settings.paths
+    config = stores.config
+    domains = RegisteredDomains()
+    facts = FlowFacts()
+    resolver = ResolverCache()
+    scorer = NameScorer.load()
+    dpi = DpiLayer(config, facts, resolver, domains, scorer, WordModel.load(scorer), TrustAnchors.load(paths.tls_trust_anchors))
+    signatures = SignatureEngine(paths.signatures_dir, config, facts, domains)
+    signatures.reload()
+    behaviour = BehaviourLayer(config)
+    channel = AlertChannel()
+    channel.subscribe(stores.alerts.save)
+    export = settings.export
+    exporter = JsonLinesExporter(export.path or paths.state_dir / "export" / "eve.json", flows=export.flows, alerts=export.alerts,
+                                 queue_size=export.queue, max_bytes=export.max_bytes, keep=export.keep) if export.enabled else None
+    if exporter is not None:
+        channel.subscribe(exporter.alert)
+    correlator = Correlator(config, stores.alerts, channel)
+    console_settings, exclusions = stores.console_settings, stores.exclusions
+    pipeline = AnalysisPipeline(layers=[dpi, signatures, behaviour], correlator=correlator,
+                                queue_size=settings.limits.analysis_queue,
+                                detection_filter=lambda d: console_settings.allows(d) and exclusions.allows(d),
+                                on_drop=on_drop)
+    parts = DetectionParts(
+        db=stores.db, config=config, resolver=resolver, dpi=dpi, signatures=signatures,
+        watcher=SignatureWatcher(paths.signatures_dir, signatures.reload), behaviour=behaviour,
+        correlator=correlator, channel=channel, alerts=stores.alerts, exclusions=exclusions,
+        facts=facts, exporter=exporter,
+    )
+    return parts, pipeline
 
 
 def build(settings: Settings) -> Appliance:
@@ -210,41 +273,32 @@ def build(settings: Settings) -> Appliance:
 
     limits = settings.limits
     timeouts = settings.analysis.flow_timeouts
-    # Detection: three independent layers run one after another on the analysis thread (threads
-    # under the GIL would only add switching), then exclusions, then correlation into alerts.
-    detection_db = DetectionDatabase(paths.state_dir / DETECTION_DB)
-    config_store = ConfigStore(detection_db)
-    analysis_config = AnalysisConfigHolder(load_analysis_config(config_store, settings.analysis.detectors), config_store)
-    domains = RegisteredDomains()
-    facts = FlowFacts()
-    resolver = ResolverCache()
-    scorer = NameScorer.load()
-    dpi = DpiLayer(analysis_config, facts, resolver, domains, scorer, WordModel.load(scorer),
-                   TrustAnchors.load(paths.tls_trust_anchors))
-    signatures = SignatureEngine(paths.signatures_dir, analysis_config, facts, domains)
-    signatures.reload()
-    behaviour = BehaviourLayer(analysis_config)
-    alert_store = AlertStore(detection_db)
-    alert_channel = AlertChannel()
-    alert_channel.subscribe(alert_store.save)
-    export = settings.export
-    exporter = JsonLinesExporter(export.path or paths.state_dir / "export" / "eve.json", flows=export.flows, alerts=export.alerts, queue_size=export.queue,
-                                 max_bytes=export.max_bytes, keep=export.keep) if export.enabled else None
-    if exporter is not None:
-        alert_channel.subscribe(exporter.alert)
-    correlator = Correlator(analysis_config, alert_store, alert_channel)
-    exclusions = ExclusionStore(detection_db)
-    console_settings = ConsoleSettingsStore(detection_db, analysis_config)
-    detection = DetectionParts(
-        db=detection_db, config=analysis_config, resolver=resolver, dpi=dpi, signatures=signatures,
-        watcher=SignatureWatcher(paths.signatures_dir, signatures.reload), behaviour=behaviour,
-        correlator=correlator, channel=alert_channel, alerts=alert_store, exclusions=exclusions,
-    )
+    stores = open_stores(settings, alerts_saved_elsewhere=settings.analysis.worker == "process")
+    detection_db, analysis_config, alert_store = stores.db, stores.config, stores.alerts
+    exclusions, console_settings = stores.exclusions, stores.console_settings
     agents = AgentRegistry()
-    pipeline = AnalysisPipeline(layers=[dpi, signatures, behaviour], correlator=correlator,
-                                queue_size=limits.analysis_queue,
-                                detection_filter=lambda d: console_settings.allows(d) and exclusions.allows(d),
-                                on_drop=agents.analysis_dropped)
+    detection: DetectionParts | None = None
+    pipeline: AnalysisPipeline | None = None
+    analysis: LocalAnalysis | AnalysisProcess | NoAnalysis
+    if settings.analysis.worker in ("process", "off"):
+        if settings.analysis.worker == "process":
+            # Analysis on the other core: a process of its own, started before any gRPC object exists.
+            analysis = AnalysisProcess(settings, limits.analysis_queue, on_drop=agents.analysis_dropped)
+            analysis.spawn()
+        else:
+            log.warning("analysis.worker is off: flows are tracked and listed but never analysed; no alerts will be raised")
+            analysis = NoAnalysis()
+        for source in (analysis_config, console_settings):
+            source.on_change(lambda _new: analysis.reload())
+        exclusions.on_change(analysis.reload)
+        # The REST layer's own view of the rules (listing, validation, uploads); analysis loads them too.
+        signatures = SignatureEngine(paths.signatures_dir, analysis_config, FlowFacts(), RegisteredDomains())
+        signatures.reload()
+        watcher = SignatureWatcher(paths.signatures_dir, signatures.reload)
+    else:
+        detection, pipeline = build_analysis(settings, stores, on_drop=agents.analysis_dropped)
+        analysis = LocalAnalysis(detection, pipeline)
+        signatures, watcher = detection.signatures, detection.watcher
     finished = FinishedFlows(limits.finished_flows_kept)
     retention = RetentionService(console_settings, alert_store, finished, detection_db)
 
@@ -255,9 +309,7 @@ def build(settings: Settings) -> Appliance:
 
     def on_expire(flows: list[FlowRecord]) -> None:
         finished.extend(flows)
-        pipeline.submit_many(flows)
-        if exporter is not None:
-            exporter.flows(flows)
+        analysis.submit_many(flows)
 
     tracker = FlowTracker(
         on_expire,
@@ -265,10 +317,10 @@ def build(settings: Settings) -> Appliance:
                      timeouts.other_idle, timeouts.active, timeouts.dns_active),
         FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow,
                    max_flows_per_agent=limits.max_flows_per_agent),
-        on_dns_response=resolver.observe,
+        on_dns_response=analysis.observe_answer,
     )
     converter = PacketConverter(ConvertLimits(max_payload_bytes=limits.max_payload_bytes))
-    ingest = IngestService(converter, tracker, agents, on_dns_event=pipeline.observe_dns,
+    ingest = IngestService(converter, tracker, agents, on_dns_event=analysis.observe_dns,
                            max_streams_per_agent=settings.grpc.max_streams_per_agent)
 
     collector = MetricsCollector({
@@ -280,30 +332,31 @@ def build(settings: Settings) -> Appliance:
         "streams_refused_per_agent": lambda: ingest.streams_refused,
         "active_flows": lambda: tracker.active_flows,
         "flows_created": lambda: tracker.flows_created,
-        "flows_processed": lambda: pipeline.flows_processed,
+        "flows_processed": lambda: analysis.counter("flows_processed"),
         "flows_evicted": lambda: tracker.flows_evicted,
         "flows_evicted_agent_cap": lambda: tracker.flows_evicted_agent_cap,
         "flows_refused_bucket": lambda: tracker.flows_refused_bucket,
-        "analysis_queue_depth": lambda: pipeline.queue_depth,
-        "analysis_queue_dropped": lambda: pipeline.flows_dropped,
-        "analysis_dropped_by_agent": lambda: dict(pipeline.dropped_by_agent),
-        "analysis_errors": lambda: pipeline.layer_errors,
-        "detections_generated": lambda: pipeline.detections_generated,
-        "detections_suppressed": lambda: pipeline.detections_suppressed,
-        "alerts_generated": lambda: pipeline.alerts_generated,
+        "analysis_queue_depth": lambda: analysis.queue_depth,
+        "analysis_queue_dropped": lambda: analysis.flows_dropped,
+        "analysis_dropped_by_agent": lambda: dict(analysis.dropped_by_agent),
+        "analysis_errors": lambda: analysis.counter("analysis_errors"),
+        "analysis_worker": lambda: analysis.status(),
+        "detections_generated": lambda: analysis.counter("detections_generated"),
+        "detections_suppressed": lambda: analysis.counter("detections_suppressed"),
+        "alerts_generated": lambda: analysis.counter("alerts_generated"),
         "active_alerts": lambda: alert_store.active,
         "signature_rules": lambda: signatures.loaded,
-        "tls_handshakes": lambda: facts.tls_handshakes,
-        "tls_handshakes_incomplete": lambda: facts.tls_incomplete,
-        "tls_handshakes_unreadable": lambda: facts.tls_unreadable,
-        "tls_certificates_unreadable": lambda: facts.tls_certificates_unreadable,
-        "alerts_updated": lambda: correlator.alerts_updated,
+        "tls_handshakes": lambda: analysis.counter("tls_handshakes"),
+        "tls_handshakes_incomplete": lambda: analysis.counter("tls_handshakes_incomplete"),
+        "tls_handshakes_unreadable": lambda: analysis.counter("tls_handshakes_unreadable"),
+        "tls_certificates_unreadable": lambda: analysis.counter("tls_certificates_unreadable"),
+        "alerts_updated": lambda: analysis.counter("alerts_updated"),
         "agents_online": lambda: agents.online,
         "rejected_by_reason": lambda: ingest.rejected_by_reason,
         "repaired_by_reason": lambda: ingest.repaired_by_reason,
         "rest_connections": lambda: appliance.rest_stats(),
         "blanket_exclusions": lambda: len(exclusions.blanket()),
-        "export": lambda: exporter.stats() if exporter is not None else {},
+        "export": lambda: analysis.export_stats(),
         "retention_alerts_deleted": lambda: retention.alerts_deleted,
         "retention_flows_deleted": lambda: retention.flows_deleted,
     }, derived=[ThroughputMeter(lambda: ingest.packets_received, lambda: ingest.bytes_received,
@@ -360,10 +413,11 @@ def build(settings: Settings) -> Appliance:
     )
     routes_capture.install(api, supervisor=capture, catalog=capture_catalog)
     appliance = Appliance(
-        settings=settings, ingest=ingest, tracker=tracker, pipeline=pipeline, agents=agents, api=api,
+        settings=settings, ingest=ingest, tracker=tracker, analysis=analysis, pipeline=pipeline, agents=agents, api=api,
         history=history, ca=ca, admin_token=admin_token, admin_token_created=created, enrollment=enrollment,
         enrollment_store=enrollment_store, artifacts=artifacts, retention=retention, console_settings=console_settings,
-        capture=capture, detection=detection, exporter=exporter, stream_gate=StreamGate(enrollment_store),
+        capture=capture, detection=detection, detection_db=detection_db, watcher=watcher,
+        stream_gate=StreamGate(enrollment_store),
     )
     return appliance
 

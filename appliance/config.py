@@ -129,6 +129,10 @@ class FlowTimeoutSettings(_Section):
 
 class AnalysisSettings(_Section):
     flow_timeouts: FlowTimeoutSettings = FlowTimeoutSettings()
+    # process: analysis runs in a process of its own beside ingestion (the other core); thread: in the
+    # server process (one process, one interpreter lock); off: flows are tracked and listed, never analysed
+    # (measuring ingestion alone; a box that only collects).
+    worker: Literal["process", "thread", "off"] = "process"
     sweep_interval: Annotated[float, Field(gt=0, le=60)] = 1.0
     # Detector tuning lives in the persisted analysis config (GET/POST /api/v1/config); these
     # values only seed it the first time the appliance starts.

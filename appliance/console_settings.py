@@ -86,15 +86,21 @@ class ConsoleSettingsStore:
         self._db = db
         self._analysis = analysis
         self._listeners: list[Callable[[ConsoleSettings], None]] = []
-        with db.lock:
-            row = db.conn.execute("SELECT body FROM console_settings WHERE id = 1").fetchone()
         self.current = ConsoleSettings()
+        self.reload()
+
+    def reload(self) -> None:
+        """Read the stored settings (at start, and in the analysis process after a REST change)."""
+        with self._db.lock:
+            row = self._db.conn.execute("SELECT body FROM console_settings WHERE id = 1").fetchone()
+        current = ConsoleSettings()
         if row:
             try:
-                self.current = ConsoleSettings.model_validate(json.loads(row[0]))
+                current = ConsoleSettings.model_validate(json.loads(row[0]))
             except ValueError:
                 log.error("stored console settings are invalid; using the defaults")
-        self._enabled = frozenset(self.current.detection.enabledLayers)
+        self.current = current
+        self._enabled = frozenset(current.detection.enabledLayers)
 
     def merged(self, partial: dict[str, Any]) -> dict[str, Any]:
         """The current document with each given section's keys laid over it (not validated)."""

@@ -84,6 +84,7 @@ class JsonLinesExporter:
         self._queue_size, self._max_bytes, self._keep = queue_size, max_bytes, keep
         self._cond = threading.Condition()
         self._stop = False
+        self._writing = False
         self._thread: threading.Thread | None = None
         self.written = 0
         self.dropped = 0
@@ -106,7 +107,7 @@ class JsonLinesExporter:
                 self.dropped += len(events) - max(room, 0)
                 events = events[:max(room, 0)]
             self._queue.extend(events)
-            self._cond.notify()
+            self._cond.notify_all()
 
     # -- writer ------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -118,21 +119,29 @@ class JsonLinesExporter:
         """Write what is queued, then stop."""
         with self._cond:
             self._stop = True
-            self._cond.notify()
+            self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every queued line is written (a drain: what analysis saw is in the file)."""
+        with self._cond:
+            return self._thread is None or self._cond.wait_for(lambda: not self._queue and not self._writing, timeout)
 
     def _run(self) -> None:
         handle = self._open()
         try:
             while True:
                 with self._cond:
+                    self._writing = False
+                    self._cond.notify_all()
                     while not self._queue and not self._stop:
                         self._cond.wait()
                     if not self._queue and self._stop:
                         return
                     batch = list(self._queue)
                     self._queue.clear()
+                    self._writing = True
                 handle = self._write(handle, batch)
         finally:
             handle.close()

@@ -51,6 +51,7 @@ def settings(tmp: Path, tls: bool = False):  # noqa: ANN201
         "paths": {"state_dir": str(tmp / "state"), "signatures_dir": str(signatures), "certs_dir": str(tmp / "certs"),
                   "static_dir": str(tmp / "static")},
         "limits": {"analysis_queue": 1_000_000},
+        "analysis": {"worker": "thread"},  # the layers measured in this process, one flow at a time
     }, "bench")
 
 

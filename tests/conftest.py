@@ -69,6 +69,10 @@ def appliance_settings(tmp: Path, **overrides: Any) -> Any:
         },
         "tls": {"server_names": ["localhost", "127.0.0.1"]},
         "metrics": {"history_interval": 0.05},
+        # In-process analysis: tests reach into the layers (app.detection, app.pipeline). The analysis
+        # process, the default, has its own tests (tests/appliance/analysis/) and runs wherever the
+        # appliance is started as `python -m appliance` (README enrollment, package, image, benchmarks).
+        "analysis": {"worker": "thread"},
     }
     for section, values in overrides.items():
         data.setdefault(section, {}).update(values)

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from appliance.detection.database import DetectionDatabase
     from appliance.detection.dpi.layer import DpiLayer
     from appliance.detection.exclusions import ExclusionStore
+    from appliance.detection.facts import FlowFacts
+    from appliance.export import JsonLinesExporter
     from appliance.detection.resolutions import ResolverCache
     from appliance.detection.signatures.engine import SignatureEngine
     from appliance.detection.signatures.watcher import SignatureWatcher
@@ -34,3 +36,5 @@ class DetectionParts:
     channel: AlertChannel
     alerts: AlertStore
     exclusions: ExclusionStore
+    facts: FlowFacts
+    exporter: JsonLinesExporter | None = None  # export.enabled

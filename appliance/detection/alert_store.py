@@ -19,9 +19,18 @@ _COLUMNS = ("id, agent_id, indicator, category, severity, confidence, summary, f
 class AlertStore:
     """Alerts and their triage status in SQLite (WAL); survives restarts, including unclean ones."""
 
-    def __init__(self, db: DetectionDatabase) -> None:
+    def __init__(self, db: DetectionDatabase, shared: bool = False) -> None:
         self._db = db
+        # shared: another process saves the alerts (the analysis process), so this one's count cannot
+        # follow its own saves; it is counted again whenever SQLite says another connection committed
+        # (PRAGMA data_version moves only then, and reading it costs no table scan).
+        self._shared = shared
+        self._version = self._data_version() if shared else 0
         self._active = self._count_active()
+
+    def _data_version(self) -> int:
+        with self._db.lock:
+            return int(self._db.conn.execute("PRAGMA data_version").fetchone()[0])
 
     def _count_active(self) -> int:
         """Counted over the table: at start-up and after triage or deletions, never per saved alert."""
@@ -33,6 +42,11 @@ class AlertStore:
     @property
     def active(self) -> int:
         """Alerts not Resolved or FalsePositive."""
+        if self._shared:
+            version = self._data_version()
+            if version != self._version:
+                self._version = version
+                self._active = self._count_active()
         return self._active
 
     @staticmethod

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from appliance.detection.analysis_config import AnalysisConfig
-from appliance.detection.analysis_config_store import ConfigStore
+from appliance.detection.analysis_config_store import ConfigStore, load_analysis_config
 
 
 class AnalysisConfigHolder:
@@ -22,6 +23,14 @@ class AnalysisConfigHolder:
         self.current = config
         for listener in self._listeners:
             listener(config)
+
+    def reload(self, seed: dict[str, Any]) -> None:
+        """Take the config another process saved (the analysis process after a REST change): nothing is written."""
+        if self._store is None:
+            return
+        self.current = load_analysis_config(self._store, seed)
+        for listener in self._listeners:
+            listener(self.current)
 
     def on_change(self, listener: Callable[[AnalysisConfig], None]) -> None:
         self._listeners.append(listener)

@@ -19,6 +19,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from publicsuffixlist import PublicSuffixList
@@ -134,6 +135,19 @@ class ExclusionStore:
         self._db = db
         self._suffixes = PublicSuffixList(accept_unknown=False)
         self._compiled = _Compiled(self._load())
+        self._listeners: list[Callable[[], None]] = []
+
+    def reload(self) -> None:
+        """Read the stored exclusions again (the analysis process, after a REST change)."""
+        self._compiled = _Compiled(self._load())
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        self._compiled = _Compiled(self._load())
+        for listener in self._listeners:
+            listener()
 
     def _load(self) -> list[Exclusion]:
         with self._db.lock:
@@ -156,7 +170,7 @@ class ExclusionStore:
         entry = Exclusion(str(uuid.uuid4()), normalised, kind, protocol, agent_id or None, comment, time.time())
         with self._db.lock, self._db.conn:
             self._db.conn.execute("INSERT INTO exclusions VALUES (?, ?, ?, ?, ?, ?, ?)", tuple(asdict(entry).values()))
-        self._compiled = _Compiled(self._load())
+        self._changed()
         if confirm_blanket and self.is_blanket(entry):
             log.warning("blanket exclusion added value=%s protocol=%s agent=%s: detection is off for what it covers",
                         entry.value, entry.protocol, entry.agent_id)
@@ -165,7 +179,7 @@ class ExclusionStore:
     def delete(self, entry_id: str) -> bool:
         with self._db.lock, self._db.conn:
             deleted = self._db.conn.execute("DELETE FROM exclusions WHERE id = ?", (entry_id,)).rowcount
-        self._compiled = _Compiled(self._load())
+        self._changed()
         return bool(deleted)
 
     def blanket(self) -> list[Exclusion]:

@@ -33,6 +33,18 @@ class StatusReply(BaseModel):
     warnings: list[str]  # e.g. an active blanket exclusion; empty when all is well
 
 
+class AnalysisWorkerStatus(BaseModel):
+    """Where analysis runs and how it fares (metrics `analysis_worker`)."""
+
+    mode: Literal["process", "thread", "off"]
+    running: bool
+    pid: int = 0  # the analysis process (mode process)
+    restarts: int  # times the analysis process died and was started again
+    flows_lost: int  # flows handed to an analysis process that died before it confirmed them
+    dns_dropped: int = 0  # DNS answers and resolver events over the channel's bound
+    flows_not_analysed: int = 0  # mode off: every ended flow
+
+
 class MetricsReply(BaseModel):
     """GET /api/v1/metrics: the collector's sources (appliance/app.py) plus the throughput meter's fields.
 
@@ -55,6 +67,7 @@ class MetricsReply(BaseModel):
     analysis_queue_dropped: int
     analysis_dropped_by_agent: dict[str, int]
     analysis_errors: int
+    analysis_worker: AnalysisWorkerStatus
     detections_generated: int
     detections_suppressed: int
     alerts_generated: int

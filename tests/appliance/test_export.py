@@ -50,8 +50,9 @@ def test_a_tunnel_over_grpc_is_exported_as_flows_and_alerts_that_validate(tmp_pa
     # The alert's flows are in the export too, under the same ids (pivot from the alert to its flows).
     cited = {f for e in exported_alerts for d in e["alert"]["detections"] for f in d["flow_ids"]}
     assert cited and cited <= {e["flow_id"] for e in flows}
-    assert running.app.exporter is not None and running.app.exporter.written == len(events)
-    assert running.app.exporter.dropped == 0
+    stats = running.app.analysis.export_stats()
+    assert stats["written"] == len(events)
+    assert stats["dropped"] == 0
 
 
 def test_export_is_off_by_default(tmp_path: Path, monkeypatch) -> None:
@@ -60,7 +61,7 @@ def test_export_is_off_by_default(tmp_path: Path, monkeypatch) -> None:
     try:
         sc.stream(running.stub(), sc.iodine_tunnel())
         alerts_of(running)
-        assert running.app.exporter is None and running.rest.get("/api/v1/metrics")[1]["export"] == {}
+        assert running.app.analysis.export_stats() == {} and running.rest.get("/api/v1/metrics")[1]["export"] == {}
     finally:
         running.app.stop()
     assert not list(tmp_path.rglob("eve.json*"))

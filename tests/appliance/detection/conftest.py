@@ -35,7 +35,7 @@ def detecting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Runni
 
 
 def alerts_of(running: RunningAppliance, **filters: str) -> list[dict[str, Any]]:
-    running.app.pipeline.drain()
+    assert running.app.analysis.drain(), "analysis did not finish the flows handed to it"
     query = "&".join(f"{k}={v}" for k, v in filters.items())
     status, body = running.rest.get("/api/v1/alerts?limit=1000" + (f"&{query}" if query else ""))
     assert status == 200, body

@@ -1,0 +1,78 @@
+"""The local channel between the server process and its analysis process: frames over a socketpair.
+
+A frame is one kind byte, a 4-byte big-endian length and the payload. Towards analysis: flow record
+batches and DNS batches (proto/flow_record.proto) and control messages (JSON); back: the analysis
+process's counters (JSON). The socket's own buffer is the channel's bound: a sender that outruns the
+analysis process blocks in `send`, never the gRPC streams (the server queues in front of it, fairly,
+and drops what does not fit).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from typing import Any
+
+from appliance.errors import ApplianceError
+
+FLOWS = b"F"  # FlowRecordBatch
+DNS = b"D"  # DnsBatch
+CONTROL = b"C"  # {"op": "reload" | "drain" | "stop", "seq": n}
+STATS = b"S"  # the analysis process's counters, {"drained": seq} after a drain
+
+MAX_FRAME = 64 << 20
+_HEAD = struct.Struct("!cI")
+
+
+class ChannelClosed(ApplianceError):
+    """The other end went away (the analysis process exited or the server closed the channel)."""
+
+
+class Channel:
+    """One end of the socketpair. `send` and `recv` may run on two threads at once (one each)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    @classmethod
+    def pair(cls) -> tuple[Channel, socket.socket]:
+        """This side's channel and the socket to hand to the child (inheritable)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        theirs.set_inheritable(True)
+        return cls(ours), theirs
+
+    def send(self, kind: bytes, payload: bytes) -> None:
+        try:
+            self.sock.sendall(_HEAD.pack(kind, len(payload)) + payload)
+        except OSError as err:
+            raise ChannelClosed(str(err)) from None
+
+    def send_json(self, kind: bytes, body: dict[str, Any]) -> None:
+        self.send(kind, json.dumps(body, separators=(",", ":")).encode())
+
+    def _exactly(self, size: int) -> bytes:
+        chunks = bytearray()
+        while len(chunks) < size:
+            try:
+                chunk = self.sock.recv(min(size - len(chunks), 1 << 20))
+            except OSError as err:
+                raise ChannelClosed(str(err)) from None
+            if not chunk:
+                raise ChannelClosed("end of stream")
+            chunks += chunk
+        return bytes(chunks)
+
+    def recv(self) -> tuple[bytes, bytes]:
+        """The next frame (kind, payload); ChannelClosed at the end."""
+        kind, size = _HEAD.unpack(self._exactly(_HEAD.size))
+        if size > MAX_FRAME:
+            raise ChannelClosed(f"frame of {size} bytes is over the {MAX_FRAME} limit")
+        return kind, self._exactly(size) if size else b""
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()

@@ -1,0 +1,152 @@
+"""FairQueue: a bounded queue of flows shared fairly between agents.
+
+Each agent has its own line, the consumer serves the lines in turn, and when the queue is full a
+newcomer takes the place of the newest flow of the agent holding the most. One agent's flood
+therefore costs that agent's flows, not the others'. Drops are counted, never silent.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, deque
+from collections.abc import Callable
+
+from appliance.model import FlowRecord
+
+# Flows taken from each agent's line per round: fair to within this many flows, without taking the
+# lock once per flow.
+PER_AGENT_ROUND = 16
+
+
+class FairQueue:
+    """At most `size` flows waiting or being worked on; producers never block.
+
+    `put_many` admits flows under the bound (dropping as described above, counted in `dropped` and
+    per agent in `dropped_by_agent`, and reported to `on_drop`); `take_round` waits for work and takes
+    a few flows of every agent; `done` says the flows of the last round are finished.
+    """
+
+    def __init__(self, size: int, on_drop: Callable[[str, int], None] | None = None) -> None:
+        self.size = size
+        self._lines: dict[str, deque[FlowRecord]] = {}
+        self._depth = 0
+        self._busy = 0
+        self._on_drop = on_drop
+        self.dropped = 0
+        self.dropped_by_agent: Counter[str] = Counter()
+        self.cond = threading.Condition()
+        self._closing = False
+
+    # -- producers ------------------------------------------------------------------------------
+    def put_many(self, flows: list[FlowRecord]) -> None:
+        dropped: Counter[str] = Counter()
+        with self.cond:
+            for flow in flows:
+                victim = self._admit(flow)
+                if victim is not None:
+                    dropped[victim] += 1
+            if dropped:
+                self.dropped += sum(dropped.values())
+                self.dropped_by_agent.update(dropped)
+            if self._depth:
+                self.cond.notify_all()
+        if dropped and self._on_drop is not None:
+            for agent_id, count in dropped.items():
+                self._on_drop(agent_id, count)
+
+    def _admit(self, flow: FlowRecord) -> str | None:
+        """Queue one flow (under the lock); the agent whose flow was dropped to keep the bound, if any."""
+        line = self._lines.get(flow.agent_id)
+        mine = len(line) if line is not None else 0
+        if self._depth + self._busy >= self.size:
+            longest_id, longest = max(self._lines.items(), key=lambda item: len(item[1]), default=("", deque()))
+            if longest_id == flow.agent_id or len(longest) <= mine + 1:
+                return flow.agent_id  # this agent already holds its share: its new flow is the one dropped
+            longest.pop()  # the newest flow of the agent holding the most makes room
+            self._depth -= 1
+            victim: str | None = longest_id
+        else:
+            victim = None
+        if line is None:
+            line = self._lines[flow.agent_id] = deque()
+        line.append(flow)
+        self._depth += 1
+        return victim
+
+    # -- the consumer -----------------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        """Flows waiting (not yet taken)."""
+        return self._depth
+
+    @property
+    def idle(self) -> bool:
+        return not self._depth and not self._busy
+
+    def take_round(self, limit: int = 0, timeout: float | None = None) -> list[FlowRecord] | None:
+        """A few flows of every agent, in turn (at most `limit` when given); None once closed and empty.
+
+        Waits up to `timeout` (None: for ever) for work; returns [] when it ran out. The flows taken
+        count against the bound until `done()`.
+        """
+        with self.cond:
+            if not self._depth and not self._closing:
+                self.cond.wait(timeout)
+            if not self._depth:
+                return None if self._closing else []
+            batch: list[FlowRecord] = []
+            while self._lines and (not limit or len(batch) < limit):
+                for agent_id in list(self._lines):
+                    line = self._lines[agent_id]
+                    take = min(len(line), PER_AGENT_ROUND)
+                    if limit:
+                        take = min(take, limit - len(batch))
+                    for _ in range(take):
+                        batch.append(line.popleft())
+                    if not line:
+                        del self._lines[agent_id]
+                    if limit and len(batch) >= limit:
+                        break
+                if not limit:
+                    break
+            self._depth -= len(batch)
+            self._busy += len(batch)
+            return batch
+
+    def done(self, count: int) -> None:
+        with self.cond:
+            self._busy -= count
+            self.cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until nothing is queued or being worked on."""
+        with self.cond:
+            return self.cond.wait_for(lambda: self.idle, timeout)
+
+    def close(self) -> None:
+        """Wake the consumer for good: `take_round` returns None once the queue is empty."""
+        with self.cond:
+            self._closing = True
+            self.cond.notify_all()
+
+    def reopen(self) -> None:
+        with self.cond:
+            self._closing = False
+
+
+class QueueFigures:
+    """What the metrics read of a component that owns a FairQueue as `_queue`."""
+
+    _queue: FairQueue
+
+    @property
+    def queue_depth(self) -> int:
+        return self._queue.depth
+
+    @property
+    def flows_dropped(self) -> int:
+        return self._queue.dropped
+
+    @property
+    def dropped_by_agent(self) -> dict[str, int]:
+        return self._queue.dropped_by_agent

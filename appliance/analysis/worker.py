@@ -1,0 +1,158 @@
+"""`python -m appliance.analysis.worker --channel-fd N`: the analysis process.
+
+Started by the server (`analysis.process.AnalysisProcess`), never by hand: it reads the server's
+settings as JSON on stdin, opens the detection database, wires the analysis stack with the same
+recipe as the in-process thread (`app.build_analysis`) and then serves the channel: flow record
+batches are analysed in order, DNS batches feed the resolver cache and the DNS layers, control
+messages reload the stores or confirm a drain. Its counters go back a few times a second.
+
+SIGTERM and SIGINT are ignored: systemd and a terminal signal the whole group, and this process must
+keep analysing the flows the server flushes while it shuts down. It exits when told to stop, or when
+the server's end of the channel closes (the server died).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from appliance.analysis.channel import CONTROL, DNS, FLOWS, STATS, Channel, ChannelClosed
+from appliance.analysis.local import analysis_counters
+from appliance.config import parse_settings
+from appliance.flows import record_codec
+
+log = logging.getLogger("appliance.analysis.worker")
+
+STATS_EVERY = 0.25  # seconds between counter reports while anything changes
+
+
+class Worker:
+    """One analysis process: the stack and the loop that feeds it from the channel."""
+
+    def __init__(self, channel: Channel, settings: Any) -> None:
+        from appliance.app import build_analysis, open_stores  # the composition recipe shared with the thread
+
+        self.channel = channel
+        self.settings = settings
+        self.stores = open_stores(settings)
+        self.parts, self.pipeline = build_analysis(settings, self.stores)
+        self.flows_received = 0
+        self.frames_refused = 0  # frames that did not decode (a bug on the other side): counted, skipped
+        self._send_lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def report(self, **extra: Any) -> None:
+        body = {"ready": True, "flows_received": self.flows_received, "frames_refused": self.frames_refused,
+                "counters": {k: v for k, v in analysis_counters(self.parts, self.pipeline).items() if isinstance(v, int)},
+                "export": self.parts.exporter.stats() if self.parts.exporter is not None else {}, **extra}
+        with self._send_lock:
+            self.channel.send_json(STATS, body)
+
+    def _report_loop(self) -> None:
+        last: tuple[int, int] | None = None
+        while not self._stop.wait(STATS_EVERY):
+            now = (self.flows_received, self.pipeline.alerts_generated)
+            if now != last:
+                try:
+                    self.report()
+                except ChannelClosed:
+                    return
+                last = now
+
+    def serve(self) -> None:
+        self.parts.watcher.start()
+        if self.parts.exporter is not None:
+            self.parts.exporter.start()
+        reporter = threading.Thread(target=self._report_loop, name="analysis-report", daemon=True)
+        reporter.start()
+        self.report()
+        try:
+            while True:
+                kind, payload = self.channel.recv()
+                if kind == FLOWS:
+                    self._flows(payload)
+                elif kind == DNS:
+                    self._dns(payload)
+                elif kind == CONTROL:
+                    body = json.loads(payload)
+                    op = body.get("op")
+                    if op == "reload":
+                        self.reload()
+                    elif op == "drain":
+                        if self.parts.exporter is not None:
+                            self.parts.exporter.flush()
+                        self.report(drained=int(body.get("seq", 0)))
+                    elif op == "stop":
+                        break
+                else:
+                    self.frames_refused += 1
+        except ChannelClosed:
+            log.warning("the server's end of the analysis channel closed: exiting")
+        finally:
+            self._stop.set()
+            self.parts.watcher.stop()
+            if self.parts.exporter is not None:
+                self.parts.exporter.stop()
+            self.stores.db.close()
+
+    def _flows(self, payload: bytes) -> None:
+        try:
+            flows = record_codec.decode(payload)
+        except record_codec.RecordError:
+            self.frames_refused += 1
+            log.exception("flow record batch refused")
+            return
+        if self.parts.exporter is not None:
+            self.parts.exporter.flows(flows)
+        self.pipeline.process_all(flows)
+        self.flows_received += len(flows)
+
+    def _dns(self, payload: bytes) -> None:
+        try:
+            items = record_codec.decode_dns(payload)
+        except record_codec.RecordError:
+            self.frames_refused += 1
+            return
+        for agent_id, message, from_event in items:
+            if from_event:
+                self.pipeline.observe_dns(agent_id, message)
+            else:
+                self.parts.resolver.observe(agent_id, message)
+
+    def reload(self) -> None:
+        """Read what the server changed in SQLite: analysis config, exclusions, console settings."""
+        self.stores.config.reload(self.settings.analysis.detectors)
+        self.stores.exclusions.reload()
+        self.stores.console_settings.reload()
+        log.info("analysis config, exclusions and console settings reloaded")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="appliance.analysis.worker")
+    parser.add_argument("--channel-fd", type=int, required=True)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    channel = Channel(socket.socket(fileno=args.channel_fd))
+    settings = parse_settings(json.loads(sys.stdin.read()), "the server")
+    started = time.monotonic()
+    worker = Worker(channel, settings)
+    log.info("analysis process ready in %.1f s", time.monotonic() - started)
+    from appliance.app import tune_garbage_collector
+
+    tune_garbage_collector()
+    worker.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

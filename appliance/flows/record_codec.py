@@ -1,0 +1,106 @@
+"""The flow record contract (proto/flow_record.proto) to and from the appliance's own types.
+
+Finished flows leave the ingest side as a `FlowRecordBatch` and are read back into `FlowRecord`s by
+whoever analyses them: the local analysis process, an analyzer of the cluster. Resolver traffic that
+analysis needs before the flows it explains end travels as a `DnsBatch`. Generated classes stay in
+this module, like `ingest.convert` for the agent contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from appliance.errors import ApplianceError
+from appliance.generated import flow_record_pb2 as pb
+from appliance.model import DnsAnswer, DnsMessage, FlowRecord, IcmpInfo, Packet, Transport
+
+VERSION = 1
+
+_TRANSPORTS = {1: Transport.ICMP, 6: Transport.TCP, 17: Transport.UDP}
+
+
+class RecordError(ApplianceError):
+    """Bytes that are not a flow record batch this version can read."""
+
+
+# -- encoding -------------------------------------------------------------------------------------
+def _dns_pb(m: DnsMessage) -> pb.DnsMessage:
+    return pb.DnsMessage(
+        id=m.id, is_response=m.is_response, rcode=m.rcode, qname=m.qname, qtype=m.qtype, qclass=m.qclass,
+        answers=[pb.DnsAnswer(name=a.name, rtype=a.rtype, ttl=a.ttl, data=a.data) for a in m.answers],
+        malformed=m.malformed, timestamp_ns=m.timestamp_ns,
+    )
+
+
+def _record_pb(r: FlowRecord) -> pb.FlowRecord:
+    dns = r.dns
+    index = {id(m): i + 1 for i, m in enumerate(dns)} if dns else {}
+    return pb.FlowRecord(
+        flow_id=r.flow_id, agent_id=r.agent_id, protocol=r.protocol, local_ip=r.local_ip, local_port=r.local_port,
+        remote_ip=r.remote_ip, remote_port=r.remote_port, first_ns=r.first_ns, last_ns=r.last_ns,
+        packets_out=r.packets_out, packets_in=r.packets_in, bytes_out=r.bytes_out, bytes_in=r.bytes_in,
+        payload_bytes_out=r.payload_bytes_out, payload_bytes_in=r.payload_bytes_in, tcp_flags=r.tcp_flags,
+        pid=r.pid, process_name=r.process_name, end_reason=r.end_reason,
+        dns=[_dns_pb(m) for m in dns],
+        samples=[pb.SamplePacket(
+            timestamp_ns=s.timestamp_ns, direction=s.direction, size=s.size, payload=s.payload, tcp_flags=s.tcp_flags,
+            pid=s.pid, process_name=s.process_name, dns_index=index.get(id(s.dns), 0) if s.dns is not None else 0,
+        ) for s in r.samples],
+    )
+
+
+def encode(records: Iterable[FlowRecord]) -> bytes:
+    """A serialized FlowRecordBatch of `records`."""
+    return pb.FlowRecordBatch(version=VERSION, records=[_record_pb(r) for r in records]).SerializeToString()
+
+
+def encode_dns(items: Iterable[tuple[str, DnsMessage, bool]]) -> bytes:
+    """A serialized DnsBatch of (agent_id, message, from_event) items."""
+    return pb.DnsBatch(items=[pb.AgentDns(agent_id=a, message=_dns_pb(m), from_event=e) for a, m, e in items]).SerializeToString()
+
+
+# -- decoding -------------------------------------------------------------------------------------
+def _dns(m: pb.DnsMessage) -> DnsMessage:
+    return DnsMessage(m.id, m.is_response, m.rcode, m.qname, m.qtype, m.qclass,
+                      [DnsAnswer(a.name, a.rtype, a.ttl, a.data) for a in m.answers], m.malformed, m.timestamp_ns)
+
+
+def _record(r: pb.FlowRecord) -> FlowRecord:
+    protocol = r.protocol
+    transport = _TRANSPORTS.get(protocol, Transport.OTHER)
+    dns = [_dns(m) for m in r.dns]
+    local_ip, remote_ip, local_port, remote_port = r.local_ip, r.remote_ip, r.local_port, r.remote_port
+    samples = []
+    for s in r.samples:
+        payload = s.payload
+        icmp = IcmpInfo(payload[0], payload[1], payload[4:]) if protocol == 1 and len(payload) >= 4 else None
+        message = dns[s.dns_index - 1] if 0 < s.dns_index <= len(dns) else None
+        samples.append(Packet(s.timestamp_ns, s.direction, protocol, transport, local_ip, remote_ip, local_port,
+                              remote_port, s.size, payload, s.tcp_flags, s.pid, s.process_name, message, icmp))
+    return FlowRecord(
+        r.flow_id, r.agent_id, protocol, transport, local_ip, local_port, remote_ip, remote_port, r.first_ns, r.last_ns,
+        r.packets_out, r.packets_in, r.bytes_out, r.bytes_in, r.payload_bytes_out, r.payload_bytes_in, r.tcp_flags,
+        r.pid, r.process_name, r.end_reason, dns, samples,
+    )
+
+
+def decode(data: bytes) -> list[FlowRecord]:
+    """The records of a serialized FlowRecordBatch; RecordError when it is not one this version reads."""
+    batch = pb.FlowRecordBatch()
+    try:
+        batch.ParseFromString(data)
+    except Exception as err:  # google.protobuf.message.DecodeError and friends
+        raise RecordError(f"not a flow record batch: {err}") from None
+    if batch.version != VERSION:
+        raise RecordError(f"flow record batch version {batch.version}; this appliance reads version {VERSION}")
+    return [_record(r) for r in batch.records]
+
+
+def decode_dns(data: bytes) -> list[tuple[str, DnsMessage, bool]]:
+    """The (agent_id, message, from_event) items of a serialized DnsBatch."""
+    batch = pb.DnsBatch()
+    try:
+        batch.ParseFromString(data)
+    except Exception as err:
+        raise RecordError(f"not a DNS batch: {err}") from None
+    return [(i.agent_id, _dns(i.message), i.from_event) for i in batch.items]

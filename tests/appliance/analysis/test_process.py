@@ -1,0 +1,162 @@
+"""The analysis process (`analysis.worker: process`, the default) over real gRPC, REST and SQLite.
+
+Alerts come from a separate process; REST changes reach it without a restart; a killed analysis
+process is restarted and counted while ingestion goes on; a full queue drops and counts per agent
+without blocking streams; metrics add both processes up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.appliance.detection import scenarios as sc
+from tests.appliance.detection.conftest import alerts_of, start_detecting
+from tests.conftest import RunningAppliance
+
+
+def metrics(running: RunningAppliance) -> dict[str, Any]:
+    status, body = running.rest.get("/api/v1/metrics")
+    assert status == 200, body
+    return body
+
+
+def wait_for(predicate: Any, timeout: float = 30.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what or predicate}")
+
+
+@pytest.fixture
+def in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Start appliances with the analysis process, as `python -m appliance` does; stopped after the test."""
+    monkeypatch.delenv("SENSOR_ADMIN_TOKEN", raising=False)
+    started: list[RunningAppliance] = []
+
+    def start(**overrides: Any) -> RunningAppliance:
+        analysis = {"worker": "process", **overrides.pop("analysis", {})}
+        running = start_detecting(tmp_path, analysis=analysis, **overrides)
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.app.stop()
+
+
+def test_alerts_are_raised_by_the_analysis_process(in_process: Any) -> None:
+    running = in_process()
+    worker = wait_for(lambda: metrics(running)["analysis_worker"]["running"] and metrics(running)["analysis_worker"],
+                      what="the analysis process to be ready")
+    assert worker["mode"] == "process" and worker["pid"] not in (0, os.getpid())
+    assert running.app.pipeline is None and running.app.detection is None  # nothing analyses in this process
+    sent = sc.stream(running.stub(), sc.iodine_tunnel())
+    alerts = alerts_of(running)
+    assert sent > 0 and [a["category"] for a in alerts] == ["DnsTunneling"]
+    body = metrics(running)
+    assert body["flows_processed"] == body["flows_created"] > 0  # every flow analysed over there, counted here
+    assert body["alerts_generated"] == 1 and body["active_alerts"] == 1
+    assert body["analysis_queue_dropped"] == 0 and body["analysis_worker"]["restarts"] == 0
+
+
+def test_rest_changes_reach_the_analysis_process_without_a_restart(in_process: Any) -> None:
+    running = in_process()
+    status, body = running.rest.post("/api/v1/whitelist", {"value": "tunnel-example.net", "comment": "lab"})
+    assert status == 201, body
+    sc.stream(running.stub(), sc.iodine_tunnel())
+    assert alerts_of(running) == []
+    assert metrics(running)["detections_suppressed"] > 0
+    # Delete it again: the next tunnel (a new agent) raises its alert.
+    assert running.rest.call("DELETE", f"/api/v1/whitelist/{body['id']}")[0] == 200
+    second = sc.iodine_tunnel()
+    second.machine_id = "second-agent"
+    sc.stream(running.stub(), second)
+    assert [a["category"] for a in alerts_of(running)] == ["DnsTunneling"]
+
+
+def test_console_layer_switches_reach_the_analysis_process(in_process: Any) -> None:
+    running = in_process()
+    status, current = running.rest.get("/api/v1/settings")
+    assert status == 200, current
+    layers = [layer for layer in current["detection"]["enabledLayers"] if layer != "dns"]
+    status, body = running.rest.call("PUT", "/api/v1/settings", {"detection": {"enabledLayers": layers}})
+    assert status == 200, body
+    sc.stream(running.stub(), sc.iodine_tunnel())
+    assert alerts_of(running) == [] and metrics(running)["detections_suppressed"] > 0
+
+
+def test_a_new_rule_file_is_loaded_by_the_analysis_process(in_process: Any, tmp_path: Path) -> None:
+    running = in_process()
+    before = metrics(running)["signature_rules"]
+    rule = tmp_path / "signatures" / "lab.yaml"
+    rule.write_text(
+        "id: LAB-001\ntitle: Lab tunnel domain\ndescription: The lab's tunnel.\nprotocol: dns\n"
+        "category: DnsTunneling\nseverity: High\nconfidence: 0.95\n"
+        "conditions:\n  - field: dns.qname\n    op: endswith\n    value: .t.tunnel-example.net\n")
+    wait_for(lambda: metrics(running)["signature_rules"] > before, what="the REST side to load the rule")
+    time.sleep(1.0)  # the analysis process watches the same directory (debounce 0.5 s)
+    sc.stream(running.stub(), sc.iodine_tunnel())
+    alerts = alerts_of(running)
+    assert alerts and any(d["detector"] == "signature:LAB-001" for d in alerts[0]["detections"])
+
+
+def test_a_killed_analysis_process_is_restarted_and_counted_while_ingestion_goes_on(in_process: Any) -> None:
+    running = in_process()
+    pid = wait_for(lambda: metrics(running)["analysis_worker"]["running"] and metrics(running)["analysis_worker"]["pid"])
+    stub = running.stub()
+    errors: list[BaseException] = []
+    received: list[int] = []
+
+    def load() -> None:  # benign agents streaming while the analysis process dies under them
+        try:
+            for n in range(6):
+                received.append(sc.stream(stub, sc.benign_office(n, minutes=5, seed=n)))
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    feeder = threading.Thread(target=load)
+    feeder.start()
+    wait_for(lambda: metrics(running)["flows_processed"] > 0, what="analysis under load")
+    os.kill(pid, signal.SIGKILL)
+    started = time.monotonic()
+    while feeder.is_alive():  # the server keeps answering while its analysis process is gone
+        status, _ = running.rest.get("/api/status")
+        assert status == 200 and time.monotonic() - started < 120
+        time.sleep(0.2)
+    feeder.join()
+    assert not errors and len(received) == 6 and all(received)  # ingestion never noticed
+    worker = wait_for(lambda: (m := metrics(running)["analysis_worker"])["running"] and m["restarts"] == 1 and m,
+                      what="the restarted analysis process")
+    assert worker["pid"] != pid
+    sc.stream(stub, sc.iodine_tunnel())
+    assert [a["category"] for a in alerts_of(running)] == ["DnsTunneling"]  # the new process analyses
+    body = metrics(running)
+    # Every flow is accounted for: analysed, dropped by the queue, or lost with the killed process.
+    assert body["flows_processed"] + body["analysis_queue_dropped"] + worker["flows_lost"] >= body["flows_created"]
+
+
+def test_a_full_queue_drops_and_counts_per_agent_without_blocking_streams(in_process: Any) -> None:
+    running = in_process(limits={"analysis_queue": 50})
+    stub = running.stub()
+    floods = [sc.benign_office(n, minutes=10, seed=n) for n in range(3)]
+    for flood in floods:
+        started = time.monotonic()
+        assert sc.stream(stub, flood) > 0
+        assert time.monotonic() - started < 30
+    assert running.app.analysis.drain()
+    body = metrics(running)
+    assert body["analysis_queue_dropped"] > 0
+    assert sum(body["analysis_dropped_by_agent"].values()) == body["analysis_queue_dropped"]
+    assert body["flows_processed"] + body["analysis_queue_dropped"] == body["flows_created"]
+    agents = {a["id"]: a for a in running.rest.get("/api/v1/agents")[1]["agents"]}
+    assert sum(a.get("analysis_dropped", 0) for a in agents.values()) == body["analysis_queue_dropped"]
