@@ -259,15 +259,15 @@ def build(settings: Settings) -> Appliance:
         if exporter is not None:
             exporter.flows(flows)
 
+    converter = PacketConverter(ConvertLimits(max_payload_bytes=limits.max_payload_bytes))
     tracker = FlowTracker(
         on_expire,
         FlowTimeouts(timeouts.tcp_idle, timeouts.udp_idle, timeouts.dns_idle, timeouts.icmp_idle,
                      timeouts.other_idle, timeouts.active, timeouts.dns_active),
         FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow,
                    max_flows_per_agent=limits.max_flows_per_agent),
-        on_dns_response=resolver.observe,
+        on_dns_response=resolver.observe, reader=converter.wire,
     )
-    converter = PacketConverter(ConvertLimits(max_payload_bytes=limits.max_payload_bytes))
     ingest = IngestService(converter, tracker, agents, on_dns_event=pipeline.observe_dns,
                            max_streams_per_agent=settings.grpc.max_streams_per_agent)
 
