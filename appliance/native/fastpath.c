@@ -591,7 +591,7 @@ typedef struct {
     Py_ssize_t max_flows, max_per_agent;
     uint32_t samples_cap;
     PyObject *factory, *keep, *ended;
-    WireReader *reader; /* owned; what add_wire parses with (None at construction: add_packets only) */
+    WireReader *reader; /* owned, for the table's life; what add_wire parses with (NULL: add_packets only) */
     uint64_t touches;   /* packets accounted so far: every flow's `touched` comes from it */
     Py_ssize_t snapshot_visited; /* flows the last snapshot looked at (a check for tests) */
     unsigned long long created, expired, evicted;
@@ -1117,19 +1117,15 @@ static PyObject *table_add_wire(FlowTable *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "this FlowTable was built without a reader: add_packets only");
         return NULL;
     }
-    /* The walk may run Python code (a kept packet's callback): hold the reader meanwhile. */
-    Py_INCREF(reader);
     Batch batch = {self, agent_get(self, agent_id), 0};
     if (batch.agent == NULL) {
         PyBuffer_Release(&view);
-        Py_DECREF(reader);
         return NULL;
     }
     batch.clock = batch.agent->clock;
     Py_ssize_t accepted = 0, rejected = 0;
     int rc = reader_walk(reader, view.buf, view.len, batched, now_ns, track, &batch, &accepted, &rejected);
     PyBuffer_Release(&view);
-    Py_DECREF(reader);
     if (rc < 0 || finish_batch(&batch) < 0)
         return NULL;
     return Py_BuildValue("(nn)", accepted, rejected);
