@@ -311,15 +311,15 @@ def build(settings: Settings) -> Appliance:
         finished.extend(flows)
         analysis.submit_many(flows)
 
+    converter = PacketConverter(ConvertLimits(max_payload_bytes=limits.max_payload_bytes))
     tracker = FlowTracker(
         on_expire,
         FlowTimeouts(timeouts.tcp_idle, timeouts.udp_idle, timeouts.dns_idle, timeouts.icmp_idle,
                      timeouts.other_idle, timeouts.active, timeouts.dns_active),
         FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow,
                    max_flows_per_agent=limits.max_flows_per_agent),
-        on_dns_response=analysis.observe_answer,
+        on_dns_response=analysis.observe_answer, reader=converter.wire,
     )
-    converter = PacketConverter(ConvertLimits(max_payload_bytes=limits.max_payload_bytes))
     ingest = IngestService(converter, tracker, agents, on_dns_event=analysis.observe_dns,
                            max_streams_per_agent=settings.grpc.max_streams_per_agent)
 

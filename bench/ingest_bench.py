@@ -26,6 +26,9 @@ BATCH = 256
 BATCHED_PACKETS = 256 * 400  # per round
 SINGLE_PACKETS = 20_000  # per round (one message per packet is slow by nature)
 FLOWS_FOR_RSS = 100_000
+FLOWS_FOR_SNAPSHOT = 200_000
+SNAPSHOT_AGENTS = 20
+SNAPSHOT_CALLS = 9  # per round; a round's figure is their median
 
 
 def make_packets(count: int, seed: int = 1) -> list:
@@ -136,12 +139,11 @@ def _our_server():
         "rest": {"listen": "127.0.0.1:0", "tls": False},
         "paths": {"state_dir": str(tmp / "state"), "certs_dir": str(tmp / "certs"),
                   "static_dir": str(tmp / "static"), "signatures_dir": str(tmp / "empty-signatures")},
+        # Ingestion alone: ended flows are counted and forgotten (bench/appliance_bench.py measures
+        # the appliance with analysis on, as `make run` starts it).
+        "analysis": {"worker": "off"},
     })
     app = build(settings)
-    # Ingestion alone: flows still expire into the pipeline, which runs no layers here
-    # (bench/pipeline_bench.py measures end to end with analysis on).
-    app.pipeline.layers = []
-    app.pipeline.correlator = None
     app.start()
     tune_garbage_collector()  # as `python -m appliance` does after start-up (the bare server shares the process)
     return app
@@ -157,8 +159,9 @@ def _rss_with_flows() -> None:
     from appliance.ingest.service import IngestService
 
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    tracker = FlowTracker(lambda f: None)
-    ingest = IngestService(PacketConverter(), tracker, AgentRegistry())
+    converter = PacketConverter()
+    tracker = FlowTracker(lambda f: None, reader=converter.wire)
+    ingest = IngestService(converter, tracker, AgentRegistry())
     session = ingest.open(AgentIdentity.from_metadata({"x-machine-id": "rss"}, "ipv4:127.0.0.1:1"))
     base = 1_700_000_000_000
     payload = b"\x16\x03\x01" + bytes(200)  # a small ClientHello-sized sample in every flow
@@ -173,6 +176,74 @@ def _rss_with_flows() -> None:
     assert tracker.active_flows == FLOWS_FOR_RSS, tracker.active_flows
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"{peak / 1024:.1f} {before / 1024:.1f}")
+
+
+def _snapshot_tracker():
+    """A tracker holding FLOWS_FOR_SNAPSHOT live flows of SNAPSHOT_AGENTS agents, its ingest service
+    and one open session per agent."""
+    from appliance.agent_registry import AgentRegistry
+    from appliance.flows.tracker import FlowTracker
+    from appliance.generated import sensor_pb2
+    from appliance.ingest.convert import PacketConverter
+    from appliance.ingest.identity import AgentIdentity
+    from appliance.ingest.service import IngestService
+
+    converter = PacketConverter()
+    tracker = FlowTracker(lambda f: None, reader=converter.wire)
+    ingest = IngestService(converter, tracker, AgentRegistry())
+    sessions = [ingest.open(AgentIdentity.from_metadata({"x-machine-id": f"snapshot-{a}"}, "ipv4:127.0.0.1:1"))
+                for a in range(SNAPSHOT_AGENTS)]
+    base = 1_700_000_000_000
+    per_agent = FLOWS_FOR_SNAPSHOT // SNAPSHOT_AGENTS
+    for start in range(0, per_agent, 1000):
+        for session in sessions:  # agents interleaved, as when they stream side by side
+            batch = sensor_pb2.PacketBatch(packets=[
+                sensor_pb2.NetworkPacket(local_ip=0x0A000005, remote_ip=0x5D000000 + i, local_port=40000 + i % 20000,
+                                         remote_port=443, protocol=6, timestamp=base + i // 100, direction=1, size=60,
+                                         tcp_flags=0x10)
+                for i in range(start, start + 1000)
+            ])
+            ingest.packet_bytes(session, batch.SerializeToString(), batched=True)
+    assert tracker.active_flows == FLOWS_FOR_SNAPSHOT, tracker.active_flows
+    return tracker, ingest, sessions
+
+
+def _snapshot_hold() -> dict[str, object]:
+    """Seconds the tracker lock is held by snapshot() at FLOWS_FOR_SNAPSHOT flows, and by one batch."""
+    from appliance.generated import sensor_pb2
+
+    tracker, ingest, sessions = _snapshot_tracker()
+    base = 1_700_000_000_000
+    rng = random.Random(7)
+    per_agent = FLOWS_FOR_SNAPSHOT // SNAPSHOT_AGENTS
+    cases = {"all_agents_limit_100": (None, 100), "all_agents_limit_1000": (None, 1000),
+             "one_agent_limit_100": (sessions[0].identity.agent_id, 100)}
+    rounds: dict[str, list[float]] = {name: [] for name in [*cases, "batch_256"]}
+    for r in range(ROUNDS):
+        calls: dict[str, list[float]] = {name: [] for name in rounds}
+        for c in range(SNAPSHOT_CALLS):
+            # Between snapshots, traffic touches flows all over the table (the lists change order).
+            picked = [rng.randrange(per_agent) for _ in range(256)]
+            batch = sensor_pb2.PacketBatch(packets=[
+                sensor_pb2.NetworkPacket(local_ip=0x0A000005, remote_ip=0x5D000000 + i, local_port=40000 + i % 20000,
+                                         remote_port=443, protocol=6, timestamp=base + per_agent // 100 + r * 100 + c,
+                                         direction=2, size=60, tcp_flags=0x10)
+                for i in picked
+            ]).SerializeToString()
+            session = sessions[rng.randrange(len(sessions))]
+            start = time.perf_counter()
+            ingest.packet_bytes(session, batch, batched=True)
+            calls["batch_256"].append(time.perf_counter() - start)
+            for name, (agent_id, limit) in cases.items():
+                start = time.perf_counter()
+                flows = tracker.snapshot(agent_id, limit)
+                calls[name].append(time.perf_counter() - start)
+                assert len(flows) == limit, (name, len(flows))
+        for name, values in calls.items():
+            rounds[name].append(statistics.median(values))
+    assert tracker.active_flows == FLOWS_FOR_SNAPSHOT, tracker.active_flows
+    return {"flows": FLOWS_FOR_SNAPSHOT, "agents": SNAPSHOT_AGENTS, "rounds_s": rounds,
+            "medians_s": {name: statistics.median(values) for name, values in rounds.items()}}
 
 
 def main() -> None:
@@ -206,12 +277,22 @@ def main() -> None:
                          capture_output=True, text=True, check=True).stdout.split()
     lines.append(f"peak RSS with {FLOWS_FOR_RSS:,} concurrent flows: {float(out[0]):.0f} MB "
                  f"(process before flows: {float(out[1]):.0f} MB; target < 300 MB)")
+    hold = _snapshot_hold()
+    held = hold["medians_s"]
+    assert isinstance(held, dict)
+    lines.append(
+        f"tracker lock held by snapshot() at {FLOWS_FOR_SNAPSHOT:,} flows of {SNAPSHOT_AGENTS} agents: "
+        f"all agents limit 100 {held['all_agents_limit_100'] * 1e3:.3f} ms, limit 1000 "
+        f"{held['all_agents_limit_1000'] * 1e3:.3f} ms, one agent limit 100 {held['one_agent_limit_100'] * 1e3:.3f} ms; "
+        f"one 256-packet add_wire batch {held['batch_256'] * 1e3:.3f} ms "
+        f"(ratio snapshot/batch {held['all_agents_limit_100'] / held['batch_256']:.2f})")
     print("\n".join(lines[1:]))
     figures = {
         "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": mp.cpu_count(),
         "load_average": os.getloadavg()[0], "rounds": ROUNDS, "medians_pkt_s": med, "rounds_pkt_s": results,
         "ratio_batched": med["ours_batched"] / med["bare_batched"], "ratio_single": med["ours_single"] / med["bare_single"],
         "peak_rss_mb": float(out[0]), "rss_before_flows_mb": float(out[1]),
+        "snapshot_lock_hold": hold,
     }
     out_dir = Path("var/bench")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,9 @@
 """FlowTracker: aggregates packets into flows per agent and 5-tuple, on event time.
 
 Flows live in one list per agent and per timeout class, in least-recently-updated order, so
-idle expiry pops from the front instead of scanning; the lists and a hash of the 5-tuples are
-kept in C (appliance/native/fastpath.c) because they are touched once per packet. Every
+idle expiry pops from the front instead of scanning, and the flows updated last, which a snapshot
+lists, are at the tails; the lists and a hash of the 5-tuples are kept in C
+(appliance/native/fastpath.c) because they are touched once per packet. Every
 agent has its own event clock (the newest packet timestamp it sent) so a replayed capture expires
 exactly like live traffic; a wall-clock sweep advances the clock of agents that went quiet.
 
@@ -130,6 +131,9 @@ class FlowTracker:
     The tables and the per-packet accounting live in C (`appliance.native.fastpath.FlowTable`);
     this class owns the domain around them: building a flow's record, keeping its samples and
     DNS messages, and handing ended flows over. Every call is serialised by `lock`.
+
+    `reader` is the wire reader `add_wire` parses with (ingest's, which counts what it rejects);
+    a tracker built without one is fed parsed packets only (`add_packets`).
     """
 
     def __init__(
@@ -139,6 +143,7 @@ class FlowTracker:
         limits: FlowLimits | None = None,
         on_dns_response: Callable[[str, DnsMessage], None] | None = None,
         flow_ids: FlowIds | None = None,
+        reader: WireReader | None = None,
     ) -> None:
         self._on_expire = on_expire
         self._next_id = flow_ids or FlowIds()
@@ -151,7 +156,7 @@ class FlowTracker:
         self._table = FlowTable(
             tuple(idle[c] for c in CLASSES), int(self.timeouts.active * _NS), int(self.timeouts.dns_active * _NS),
             self.limits.max_flows, self.limits.samples_per_flow, self._new_record, self._keep,
-            max_flows_per_agent=self.limits.max_flows_per_agent,
+            max_flows_per_agent=self.limits.max_flows_per_agent, reader=reader,
         )
         self._sample_bytes = self.limits.sample_bytes
         self._dns_cap = self.limits.dns_per_flow
@@ -227,17 +232,16 @@ class FlowTracker:
         with self._locked():
             self._table.add_packets(agent_id, packets)
 
-    def add_wire(self, agent_id: str, reader: WireReader, data: bytes, batched: bool,
-                 now_ns: int | None = None) -> tuple[int, int]:
+    def add_wire(self, agent_id: str, data: bytes, batched: bool, now_ns: int | None = None) -> tuple[int, int]:
         """Parse, validate and account one serialized PacketBatch (or NetworkPacket) in one pass.
 
-        The same as `add_packets(agent_id, reader.read(data, batched, now_ns))` without building a
-        Python object per packet; `reader` (ingest's, which counts what it rejects) validates. Returns
-        (accepted, rejected).
+        The same as `add_packets(agent_id, reader.read(data, batched, now_ns))` with the reader the
+        tracker was built with, without building a Python object per packet. Returns (accepted, rejected);
+        TypeError when the tracker has no reader.
         """
         now_ns = time.time_ns() if now_ns is None else now_ns
         with self._locked():
-            return self._table.add_wire(agent_id, reader, data, batched, now_ns)
+            return self._table.add_wire(agent_id, data, batched, now_ns)
 
     # -- expiry -------------------------------------------------------------------------------
     def sweep(self, now_wall: float | None = None) -> None:
@@ -291,9 +295,19 @@ class FlowTracker:
             return self._table.longest_chain
 
     def snapshot(self, agent_id: str | None = None, limit: int = 100) -> list[FlowRecord]:
-        """The newest `limit` live flows (by last packet time), optionally of one agent."""
+        """The `limit` live flows a packet updated most recently, most recent first, optionally of one agent.
+
+        The order is that of arrival, not of `last_ns`: a packet whose timestamp is older than its
+        flow's newest still makes the flow the most recent one. Taken from the tails of the per-class
+        lists, so the lock is held for the list tails plus `limit` flows, not for the whole table.
+        """
         with self.lock:
             return self._table.snapshot(agent_id or None, limit)
+
+    def snapshot_visited(self) -> int:
+        """How many flows the last snapshot looked at (tests: a snapshot must not walk the table)."""
+        with self.lock:
+            return self._table.snapshot_visited
 
     def find(self, wanted_id: str) -> FlowRecord | None:
         """The live flow of that id, its counters current (a dict look-up and one hash chain)."""

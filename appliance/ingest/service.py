@@ -107,7 +107,7 @@ class IngestService:
 
     def packet_bytes(self, session: StreamSession, data: bytes, batched: bool) -> None:
         """Convert and track one serialized PacketBatch (or NetworkPacket) of one stream."""
-        accepted, rejected = self.tracker.add_wire(session.identity.agent_id, self.converter.wire, data, batched)
+        accepted, rejected = self.tracker.add_wire(session.identity.agent_id, data, batched)
         self._count_packets(session, accepted, rejected, len(data))
 
     def _count_packets(self, session: StreamSession, accepted: int, rejected: int, nbytes: int = 0) -> None:

@@ -5,6 +5,7 @@
  *   WireReader  (wrapped by appliance.ingest.convert.PacketConverter): parses serialized
  *               NetworkPacket / PacketBatch messages straight from the gRPC bytes, validates and
  *               repairs them by the ingestion rules, counts every rejection and repair by reason.
+ *               The FlowTable is given its reader when it is built and parses with it in add_wire.
  *   FlowTable   (wrapped by appliance.flows.tracker.FlowTracker): the live flows of every agent,
  *               per-class LRU lists for idle expiry, per-agent event clocks, the flow cap.
  *
@@ -561,6 +562,7 @@ typedef struct Flow {
     uint16_t local_port, remote_port;
     uint8_t protocol, cls, fins, is_dns;
     int64_t first, last;
+    uint64_t touched; /* the table's touch count when a packet last updated it: the LRU order, as a number */
     uint64_t packets_out, packets_in, bytes_out, bytes_in, payload_out, payload_in;
     uint32_t flags, pid, samples;
     PyObject *name;   /* owned; NULL until a packet names the process */
@@ -589,6 +591,9 @@ typedef struct {
     Py_ssize_t max_flows, max_per_agent;
     uint32_t samples_cap;
     PyObject *factory, *keep, *ended;
+    WireReader *reader; /* owned, for the table's life; what add_wire parses with (NULL: add_packets only) */
+    uint64_t touches;   /* packets accounted so far: every flow's `touched` comes from it */
+    Py_ssize_t snapshot_visited; /* flows the last snapshot looked at (a check for tests) */
     unsigned long long created, expired, evicted;
     unsigned long long evicted_agent_cap; /* flows ended because their agent was at its own cap */
     unsigned long long bucket_refused;    /* new flows refused because their hash chain was full */
@@ -956,6 +961,7 @@ static int track(void *ctx, Pkt *p)
         else if (p->ts < f->first)
             f->first = p->ts;
     }
+    f->touched = ++t->touches; /* it is now at the tail of its list: the lists stay sorted by `touched` */
     if (p->ts > batch->clock)
         batch->clock = p->ts;
     if (p->direction == OUTBOUND) {
@@ -1096,15 +1102,21 @@ static PyObject *table_add_packets(FlowTable *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* add_wire(agent_id, data, batched, now_ns): parse `data` with the table's reader and account its packets. */
 static PyObject *table_add_wire(FlowTable *self, PyObject *args)
 {
     PyObject *agent_id;
-    WireReader *reader;
     Py_buffer view;
     int batched;
     long long now_ns;
-    if (!PyArg_ParseTuple(args, "UO!y*pL", &agent_id, &WireReaderType, &reader, &view, &batched, &now_ns))
+    if (!PyArg_ParseTuple(args, "Uy*pL", &agent_id, &view, &batched, &now_ns))
         return NULL;
+    WireReader *reader = self->reader;
+    if (reader == NULL) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "this FlowTable was built without a reader: add_packets only");
+        return NULL;
+    }
     Batch batch = {self, agent_get(self, agent_id), 0};
     if (batch.agent == NULL) {
         PyBuffer_Release(&view);
@@ -1196,27 +1208,39 @@ static PyObject *table_sweep(FlowTable *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-typedef struct {
-    int64_t last;
-    size_t order;
-    Flow *flow;
-} Ranked;
-
-static int ranked_cmp(const void *x, const void *y)
+/* Restore the max-heap property (by `touched`) below position i. */
+static void heap_down(Flow **heap, size_t n, size_t i)
 {
-    const Ranked *a = x, *b = y;
-    if (a->last != b->last)
-        return a->last > b->last ? -1 : 1;
-    return a->order < b->order ? -1 : (a->order > b->order);
+    Flow *x = heap[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && heap[c + 1]->touched > heap[c]->touched)
+            c++;
+        if (heap[c]->touched <= x->touched)
+            break;
+        heap[i] = heap[c];
+        i = c;
+    }
+    heap[i] = x;
 }
 
-/* The newest `limit` live flows (by last packet time), optionally of one agent. */
+/* The `limit` live flows a packet updated most recently, most recent first, optionally of one agent.
+ *
+ * Every (agent, class) list is in update order (`touched` rises from head to tail), so a k-way merge
+ * from the tails yields the table in update order, newest first: the newest `limit` cost the list
+ * tails plus `limit` steps of a heap, however many flows the table holds. The order is that of
+ * arrival, not of the packets' own timestamps: those may go backwards, and a flow's `last_ns` (its
+ * newest timestamp) does not move on such a packet, so sorting by it would need a scan or a second
+ * index kept up to date on every packet. */
 static PyObject *table_snapshot(FlowTable *self, PyObject *args)
 {
     PyObject *agent_id;
     Py_ssize_t limit;
     if (!PyArg_ParseTuple(args, "On", &agent_id, &limit))
         return NULL;
+    self->snapshot_visited = 0;
     Agent *only = NULL;
     if (agent_id != Py_None) {
         only = agent_lookup(self, agent_id);
@@ -1226,33 +1250,47 @@ static PyObject *table_snapshot(FlowTable *self, PyObject *args)
             return PyList_New(0);
         }
     }
-    if (limit <= 0)
+    Py_ssize_t live = only ? only->count : self->count;
+    if (limit <= 0 || live == 0)
         return PyList_New(0);
-    Ranked *ranked = PyMem_Malloc(sizeof(Ranked) * (size_t)(self->count ? self->count : 1));
-    if (ranked == NULL)
+    if (limit > live)
+        limit = live;
+    size_t lists = (size_t)NCLS * (only ? 1 : (size_t)PyDict_GET_SIZE(self->agents));
+    Flow **heap = PyMem_Malloc(sizeof(Flow *) * lists);
+    if (heap == NULL)
         return PyErr_NoMemory();
     size_t n = 0;
     for (Agent *a = only ? only : self->first_agent; a; a = only ? NULL : a->next)
         for (int c = 0; c < NCLS; c++)
-            for (Flow *f = a->head[c]; f; f = f->next) {
-                ranked[n].last = f->last;
-                ranked[n].order = n;
-                ranked[n].flow = f;
-                n++;
-            }
-    qsort(ranked, n, sizeof(Ranked), ranked_cmp);
-    if ((size_t)limit < n)
-        n = (size_t)limit;
-    PyObject *out = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; out != NULL && i < n; i++) {
-        if (sync_record(ranked[i].flow) < 0) {
+            if (a->tail[c] && n < lists)
+                heap[n++] = a->tail[c];
+    for (size_t i = n / 2; i-- > 0;)
+        heap_down(heap, n, i);
+    self->snapshot_visited = (Py_ssize_t)n;
+    PyObject *out = PyList_New(limit);
+    Py_ssize_t taken = 0;
+    while (out != NULL && taken < limit && n > 0) {
+        Flow *f = heap[0];
+        if (sync_record(f) < 0) {
             Py_CLEAR(out);
             break;
         }
-        Py_INCREF(ranked[i].flow->record);
-        PyList_SET_ITEM(out, (Py_ssize_t)i, ranked[i].flow->record);
+        Py_INCREF(f->record);
+        PyList_SET_ITEM(out, taken++, f->record);
+        if (f->prev) {
+            heap[0] = f->prev;
+            self->snapshot_visited++;
+        } else {
+            heap[0] = heap[--n];
+        }
+        if (n > 0)
+            heap_down(heap, n, 0);
     }
-    PyMem_Free(ranked);
+    PyMem_Free(heap);
+    if (out != NULL && taken < limit) { /* the lists hold fewer flows than the counts say: a bug */
+        Py_CLEAR(out);
+        PyErr_SetString(PyExc_SystemError, "FlowTable: the flow lists and counts disagree");
+    }
     return out;
 }
 
@@ -1302,16 +1340,20 @@ static PyObject *table_refresh(FlowTable *self, PyObject *record)
 static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"idle_ns", "active_ns", "dns_active_ns", "max_flows", "samples_per_flow",
-                             "factory", "keep", "max_flows_per_agent", NULL};
+                             "factory", "keep", "max_flows_per_agent", "reader", NULL};
     long long idle[NCLS], active, dns_active;
     Py_ssize_t max_flows, samples, max_per_agent = 0;
-    PyObject *factory, *keep;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO|n", kwlist, &idle[0], &idle[1], &idle[2], &idle[3],
+    PyObject *factory, *keep, *reader = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO|n$O", kwlist, &idle[0], &idle[1], &idle[2], &idle[3],
                                      &idle[4], &active, &dns_active, &max_flows, &samples, &factory, &keep,
-                                     &max_per_agent))
+                                     &max_per_agent, &reader))
         return -1;
     if (!PyCallable_Check(factory) || !PyCallable_Check(keep)) {
         PyErr_SetString(PyExc_TypeError, "factory and keep must be callable");
+        return -1;
+    }
+    if (reader != Py_None && !PyObject_TypeCheck(reader, &WireReaderType)) {
+        PyErr_SetString(PyExc_TypeError, "reader must be a WireReader or None");
         return -1;
     }
     if (max_flows < 1 || samples < 0 || samples > UINT32_MAX) {
@@ -1342,6 +1384,10 @@ static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
     self->factory = factory;
     Py_INCREF(keep);
     self->keep = keep;
+    if (reader != Py_None) {
+        Py_INCREF(reader);
+        self->reader = (WireReader *)reader;
+    }
     return 0;
 }
 
@@ -1389,6 +1435,7 @@ static void table_dealloc(FlowTable *self)
     PyMem_Free(self->buckets);
     Py_CLEAR(self->agents);
     Py_CLEAR(self->ended);
+    Py_CLEAR(self->reader);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -1403,6 +1450,11 @@ static PyObject *table_get_evicted_agent_cap(FlowTable *self, void *closure)
 static PyObject *table_get_bucket_refused(FlowTable *self, void *closure)
 {
     return PyLong_FromUnsignedLongLong(self->bucket_refused);
+}
+
+static PyObject *table_get_snapshot_visited(FlowTable *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->snapshot_visited);
 }
 
 /* The longest hash chain now (a check for tests and benchmarks; walks the whole table). */
@@ -1422,13 +1474,14 @@ static PyObject *table_get_longest_chain(FlowTable *self, void *closure)
 static PyMethodDef table_methods[] = {
     {"add_packets", (PyCFunction)table_add_packets, METH_VARARGS, "add_packets(agent_id, raw_packets)"},
     {"add_wire", (PyCFunction)table_add_wire, METH_VARARGS,
-     "add_wire(agent_id, reader, data, batched, now_ns) -> (accepted, rejected)"},
+     "add_wire(agent_id, data, batched, now_ns) -> (accepted, rejected), parsed by the table's reader"},
     {"take_ended", (PyCFunction)table_take_ended, METH_NOARGS, "the records ended since the last call"},
     {"stream_opened", (PyCFunction)table_stream_opened, METH_O, NULL},
     {"stream_closed", (PyCFunction)table_stream_closed, METH_O, NULL},
     {"flush_all", (PyCFunction)table_flush_all, METH_O, "flush_all(reason)"},
     {"sweep", (PyCFunction)table_sweep, METH_O, "sweep(now_monotonic)"},
-    {"snapshot", (PyCFunction)table_snapshot, METH_VARARGS, "snapshot(agent_id or None, limit)"},
+    {"snapshot", (PyCFunction)table_snapshot, METH_VARARGS,
+     "snapshot(agent_id or None, limit): the flows updated most recently, most recent first"},
     {"refresh", (PyCFunction)table_refresh, METH_O, "refresh(record) -> True when live (counters written into it)"},
     {NULL},
 };
@@ -1441,6 +1494,7 @@ static PyGetSetDef table_getset[] = {
     {"evicted_agent_cap", (getter)table_get_evicted_agent_cap, NULL, "flows evicted by their agent's own cap", NULL},
     {"bucket_refused", (getter)table_get_bucket_refused, NULL, "new flows refused on a full hash chain", NULL},
     {"longest_chain", (getter)table_get_longest_chain, NULL, "the longest hash chain (walks the table)", NULL},
+    {"snapshot_visited", (getter)table_get_snapshot_visited, NULL, "flows the last snapshot looked at", NULL},
     {NULL},
 };
 
@@ -1449,7 +1503,8 @@ static PyTypeObject FlowTableType = {
     .tp_name = "appliance.native.fastpath.FlowTable",
     .tp_basicsize = sizeof(FlowTable),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "FlowTable(idle_ns, active_ns, dns_active_ns, max_flows, samples_per_flow, factory, keep)",
+    .tp_doc = "FlowTable(idle_ns, active_ns, dns_active_ns, max_flows, samples_per_flow, factory, keep, "
+              "max_flows_per_agent=0, *, reader=None)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)table_init,
     .tp_dealloc = (destructor)table_dealloc,

@@ -154,3 +154,16 @@ def test_dns_responses_are_handed_over_as_they_arrive():
         wire.udp_in("10.0.0.5", "10.0.0.1", 4000, 53, answer, ts_ms=BASE_MS + 3),
     ))
     assert seen == [(AGENT, "www.example.org")]  # the query is not a resolution
+
+
+def test_snapshot_lists_flows_in_the_order_packets_updated_them_even_when_timestamps_go_back():
+    tracker, _ = make()
+    tracker.add_packets(AGENT, pkts(wire.udp_out("10.0.0.5", "1.1.1.1", 4000, 9999, b"a", ts_ms=BASE_MS + 100)))
+    tracker.add_packets(AGENT, pkts(wire.udp_out("10.0.0.5", "1.1.1.2", 4000, 9999, b"b", ts_ms=BASE_MS + 200)))
+    assert [f.remote_addr for f in tracker.snapshot()] == ["1.1.1.2", "1.1.1.1"]
+    # A late packet of the first flow, stamped before everything: that flow was updated last.
+    tracker.add_packets(AGENT, pkts(wire.udp_out("10.0.0.5", "1.1.1.1", 4000, 9999, b"c", ts_ms=BASE_MS + 50)))
+    first, second = tracker.snapshot()
+    assert (first.remote_addr, second.remote_addr) == ("1.1.1.1", "1.1.1.2")
+    assert first.last_ns == (BASE_MS + 100) * 1_000_000 < second.last_ns  # last_ns keeps the newest timestamp
+    assert [f.remote_addr for f in tracker.snapshot(limit=1)] == ["1.1.1.1"]

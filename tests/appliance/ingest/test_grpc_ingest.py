@@ -197,3 +197,36 @@ def test_process_events_are_listed_per_agent_newest_first(appliance):
     assert appliance.rest.get(f"/api/v1/agents/{reply.agent_id}/events?kind=files")[1]["count"] == 0
     assert appliance.rest.get(f"/api/v1/agents/{reply.agent_id}/events?kind=nope")[0] == 422
     assert appliance.rest.get("/api/v1/agents/unknown/events")[0] == 404
+
+
+def test_live_flows_are_listed_in_update_order_without_walking_the_table(appliance):
+    """5,000 live flows on a held stream, then a late packet (stamped before all of them) for the first:
+    GET /api/v1/flows lists that flow as the newest live one, and the snapshot behind the reply looked
+    at the list tails and the flows it returned, not at the 5,000."""
+    stub = appliance.stub()
+    sent, release = threading.Event(), threading.Event()
+    remotes = [f"10.9.{i >> 8}.{i & 255}" for i in range(5000)]
+
+    def messages():
+        for start in range(0, len(remotes), 500):
+            yield sensor_pb2.PacketBatch(packets=[wire.packet(ts_ms=BASE_MS + 1000 + i, remote=remotes[i])
+                                                  for i in range(start, start + 500)])
+        yield sensor_pb2.PacketBatch(packets=[wire.packet(ts_ms=BASE_MS, remote=remotes[0], direction=wire.INBOUND)])
+        sent.set()
+        release.wait(10)
+
+    call = stub.StreamPacketBatches.future(messages(), metadata=meta())
+    try:
+        assert sent.wait(10)
+        assert wait_for(lambda: appliance.app.ingest.packets_received == len(remotes) + 1)
+        status, body = appliance.rest.get("/api/v1/flows?state=active&limit=1")
+        assert status == 200 and body["count"] == 1
+        [newest] = body["flows"]
+        assert newest["remote_ip"] == remotes[0] and newest["packets_in"] == 1
+        assert appliance.app.tracker.snapshot_visited() <= 5 + 1  # one list per timeout class, then the one flow
+        status, body = appliance.rest.get("/api/v1/flows?state=active&limit=1000")
+        assert status == 200 and body["count"] == 1000
+        assert appliance.app.tracker.snapshot_visited() <= 5 + 1000
+    finally:
+        release.set()
+        call.cancel()

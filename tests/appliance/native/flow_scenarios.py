@@ -72,7 +72,9 @@ class Side:
 def make_side(name: str, tracker_class: type, feed: str, timeouts: FlowTimeouts, limits: FlowLimits,
               converter: object | None = None) -> Side:
     side = Side(name, None, feed, converter)
-    side.tracker = tracker_class(side.on_expire, timeouts, limits, side.on_dns_response)
+    # The `wire` side's tracker parses with its converter's reader, given when it is built, as in app.build.
+    built_with = {"reader": converter.wire} if feed == "wire" else {}  # type: ignore[union-attr]
+    side.tracker = tracker_class(side.on_expire, timeouts, limits, side.on_dns_response, **built_with)
     return side
 
 
@@ -332,7 +334,7 @@ class FlowScenario:
             if side.feed == "packets":
                 side.tracker.add_packets(agent, rng.choice([raws, tuple(raws), iter(raws), (r for r in raws)]))
             elif side.feed == "wire":
-                result = side.tracker.add_wire(agent, side.converter.wire, data, batched, now_ns)
+                result = side.tracker.add_wire(agent, data, batched, now_ns)
                 assert result == expected_result, (
                     f"{side.name}: add_wire returned {result}, expected (accepted, rejected) {expected_result} "
                     f"(seed {self.seed})\n{self.describe()}")

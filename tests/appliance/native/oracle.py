@@ -95,7 +95,7 @@ class OracleConverter(ReferenceConverter):
 
     @property
     def wire(self) -> OracleConverter:
-        """The reader handed to `add_wire` (the real one is the C WireReader of a PacketConverter)."""
+        """The reader a tracker is built with for `add_wire` (the real one is the C WireReader of a PacketConverter)."""
         return self
 
     def read_wire(self, data: bytes, batched: bool, now_ns: int | None = None) -> list[RawPacket]:
@@ -124,11 +124,17 @@ class OracleConverter(ReferenceConverter):
 
 
 class OracleFlowTracker(ReferenceFlowTracker):
-    """The reference tracker plus `add_wire` (parse, validate and track in one call)."""
+    """The reference tracker plus `add_wire` (parse, validate and track in one call) with the
+    reader it was built with, as `FlowTracker(..., reader=converter.wire)`."""
 
-    def add_wire(self, agent_id: str, reader: OracleConverter, data: bytes, batched: bool,
-                 now_ns: int | None = None) -> tuple[int, int]:
-        before = sum(reader.rejected.values())
-        packets = reader.read_wire(data, batched, now_ns)
+    def __init__(self, *args: object, reader: OracleConverter | None = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._reader = reader
+
+    def add_wire(self, agent_id: str, data: bytes, batched: bool, now_ns: int | None = None) -> tuple[int, int]:
+        if self._reader is None:
+            raise TypeError("this tracker was built without a reader: add_packets only")
+        before = sum(self._reader.rejected.values())
+        packets = self._reader.read_wire(data, batched, now_ns)
         self.add_packets(agent_id, packets)
-        return len(packets), sum(reader.rejected.values()) - before
+        return len(packets), sum(self._reader.rejected.values()) - before

@@ -3,11 +3,15 @@ the C fast path (appliance/native/fastpath.c) replaced, kept verbatim as a test 
 
 The differential tests feed the same packets to both and require the same flows, counters and
 rejection reasons. Do not "fix" this file to match the C code: it is the specification.
+
+One deliberate change since (issue 19): `snapshot` lists the flows a packet updated most recently
+(arrival order, kept here as one table-wide recency list), no longer the newest by `last_ns`, so that
+the C table can answer from the tails of its update-ordered lists without scanning every flow.
 """
 
 from __future__ import annotations
 
-import heapq
+import itertools
 import threading
 import time
 from collections import OrderedDict
@@ -154,6 +158,8 @@ class ReferenceFlowTracker:
         self._active_ns = int(self.timeouts.active * _NS)
         self._dns_active_ns = int(self.timeouts.dns_active * _NS)
         self._agents: dict[str, _AgentFlows] = {}
+        # Every live flow by id, in the order packets last updated them (least recent first).
+        self._recent: OrderedDict[str, FlowRecord] = OrderedDict()
         self._count = 0
         self.lock = threading.Lock()
         self.flows_created = 0
@@ -196,10 +202,12 @@ class ReferenceFlowTracker:
                         local_ip, local_port, remote_ip, remote_port, ts, ts,
                     )
                     table[key] = flow
+                    self._recent[flow.flow_id] = flow
                     self._count += 1
                     self.flows_created += 1
                 else:
                     table.move_to_end(key)
+                    self._recent.move_to_end(flow.flow_id)
                     if ts > flow.last_ns:
                         flow.last_ns = ts
                     elif ts < flow.first_ns:
@@ -262,6 +270,7 @@ class ReferenceFlowTracker:
     # -- expiry -------------------------------------------------------------------------------
     def _end(self, table: OrderedDict[tuple, FlowRecord], key: tuple, reason: str) -> None:
         flow = table.pop(key)
+        del self._recent[flow.flow_id]
         self._count -= 1
         flow.end_reason = reason
         if reason == END_EVICTED:
@@ -353,11 +362,11 @@ class ReferenceFlowTracker:
         return self._count
 
     def snapshot(self, agent_id: str | None = None, limit: int = 100) -> list[FlowRecord]:
-        """The newest `limit` live flows (by last packet time), optionally of one agent."""
+        """The `limit` live flows a packet updated most recently, most recent first, optionally of one agent."""
         with self.lock:
-            agents = [self._agents[agent_id]] if agent_id in self._agents else ([] if agent_id else list(self._agents.values()))
-            candidates = (f for a in agents for t in a.tables.values() for f in t.values())
-            return heapq.nlargest(limit, candidates, key=lambda f: f.last_ns)
+            wanted = agent_id or None
+            flows = (f for f in reversed(self._recent.values()) if wanted is None or f.agent_id == wanted)
+            return list(itertools.islice(flows, max(limit, 0)))
 
     def find(self, wanted_id: str) -> FlowRecord | None:
         with self.lock:

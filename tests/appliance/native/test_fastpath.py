@@ -41,8 +41,8 @@ def dns_batch(count: int) -> bytes:
 
 def test_a_tracker_and_its_records_are_freed_when_dropped():
     expired: list = []
-    tracker = FlowTracker(expired.extend)
-    tracker.add_wire("a", PacketConverter().wire, batch(50), True, NOW_NS)
+    tracker = FlowTracker(expired.extend, reader=PacketConverter().wire)
+    tracker.add_wire("a", batch(50), True, NOW_NS)
     [record] = tracker.snapshot(limit=1)
     held_by_tracker = sys.getrefcount(record)
     tracker_ref = weakref.ref(tracker)
@@ -60,13 +60,13 @@ def test_an_error_in_a_callback_propagates_after_the_batch_and_the_tracker_stays
         raise RuntimeError("resolver cache broke")
 
     expired: list = []
-    tracker = FlowTracker(expired.extend, on_dns_response=failing_resolver_cache)
     converter = PacketConverter()
+    tracker = FlowTracker(expired.extend, on_dns_response=failing_resolver_cache, reader=converter.wire)
     with pytest.raises(RuntimeError, match="resolver cache broke"):
-        tracker.add_wire("a", converter.wire, dns_batch(3), True, NOW_NS)
+        tracker.add_wire("a", dns_batch(3), True, NOW_NS)
     assert calls == ["h0.example.com"]  # delivery stopped at the first failure...
     assert tracker.active_flows == 3  # ...which came after the batch: every packet was accounted
-    tracker.add_wire("a", converter.wire, batch(2), True, NOW_NS)
+    tracker.add_wire("a", batch(2), True, NOW_NS)
     assert tracker.active_flows == 5
     tracker.flush_all()
     assert len(expired) == 5 and tracker.active_flows == 0
@@ -74,14 +74,13 @@ def test_an_error_in_a_callback_propagates_after_the_batch_and_the_tracker_stays
 
 def test_find_by_id_gives_the_live_record_with_current_counters_and_forgets_ended_ones():
     expired: list = []
-    tracker = FlowTracker(expired.extend)
-    converter = PacketConverter()
-    tracker.add_wire("a", converter.wire, batch(3), True, NOW_NS)
+    tracker = FlowTracker(expired.extend, reader=PacketConverter().wire)
+    tracker.add_wire("a", batch(3), True, NOW_NS)
     records = tracker.snapshot(limit=10)
     for record in records:
         assert tracker.find(record.flow_id) is record
     packets_before = records[0].packets_out + records[0].packets_in
-    tracker.add_wire("a", converter.wire, batch(3), True, NOW_NS)  # the same flows again
+    tracker.add_wire("a", batch(3), True, NOW_NS)  # the same flows again
     found = tracker.find(records[0].flow_id)
     assert found is not None and found.packets_out + found.packets_in > packets_before
     tracker.flush_all()
@@ -95,17 +94,19 @@ def test_ended_flows_are_handed_over_even_when_the_resolver_cache_fails():
 
     expired: list = []
     # One DNS message fills a DNS flow: each response's flow ends in the same call that delivers its answer.
-    tracker = FlowTracker(expired.extend, limits=FlowLimits(dns_per_flow=1), on_dns_response=failing_resolver_cache)
+    tracker = FlowTracker(expired.extend, limits=FlowLimits(dns_per_flow=1), on_dns_response=failing_resolver_cache,
+                          reader=PacketConverter().wire)
     with pytest.raises(RuntimeError, match="resolver cache broke"):
-        tracker.add_wire("a", PacketConverter().wire, dns_batch(3), True, NOW_NS)
+        tracker.add_wire("a", dns_batch(3), True, NOW_NS)
     assert len(expired) == 3 and tracker.active_flows == 0
 
 
 def test_callbacks_run_without_the_tracker_lock_held():
     held = []
     tracker = FlowTracker(lambda flows: held.append(("expire", tracker.lock.locked())),
-                          on_dns_response=lambda agent, message: held.append(("dns", tracker.lock.locked())))
-    tracker.add_wire("a", PacketConverter().wire, dns_batch(2), True, NOW_NS)
+                          on_dns_response=lambda agent, message: held.append(("dns", tracker.lock.locked())),
+                          reader=PacketConverter().wire)
+    tracker.add_wire("a", dns_batch(2), True, NOW_NS)
     tracker.flush_all()
     assert held and ("dns", False) in held and ("expire", False) in held
     assert all(locked is False for _, locked in held)
@@ -113,13 +114,12 @@ def test_callbacks_run_without_the_tracker_lock_held():
 
 def test_records_hold_the_counters_of_their_flow_when_handed_over():
     expired: list = []
-    tracker = FlowTracker(expired.extend)
-    converter = PacketConverter()
+    tracker = FlowTracker(expired.extend, reader=PacketConverter().wire)
     data = sensor_pb2.PacketBatch(packets=[
         wire.packet(ts_ms=BASE_MS, size=60, payload=b"GET / HTTP/1.1\r\n", flags=0x02, pid=42, process="curl"),
         wire.packet(ts_ms=BASE_MS + 7, size=1500, payload=b"x" * 1400, direction=wire.INBOUND, flags=0x10),
     ]).SerializeToString()
-    assert tracker.add_wire("a", converter.wire, data, True, NOW_NS) == (2, 0)
+    assert tracker.add_wire("a", data, True, NOW_NS) == (2, 0)
     tracker.flush_all()
     [flow] = expired
     assert (flow.packets_out, flow.packets_in, flow.bytes_out, flow.bytes_in) == (1, 1, 60, 1500)
@@ -131,15 +131,16 @@ def test_records_hold_the_counters_of_their_flow_when_handed_over():
 
 def test_streams_of_several_threads_are_counted_exactly():
     expired: list = []
-    tracker = FlowTracker(expired.extend, limits=FlowLimits(max_flows=500))
     converter = PacketConverter()
+    # The converter that reads elsewhere is the one whose reader the tracker was built with.
+    tracker = FlowTracker(expired.extend, limits=FlowLimits(max_flows=500), reader=converter.wire)
     data = batch(200)
     garbage = b"\x0a\xff\xff"  # a packet whose length runs past the end
 
     def stream(agent: str) -> None:
         for _ in range(30):
-            tracker.add_wire(agent, converter.wire, data, True, NOW_NS)
-            tracker.add_wire(agent, converter.wire, garbage, True, NOW_NS)
+            tracker.add_wire(agent, data, True, NOW_NS)
+            tracker.add_wire(agent, garbage, True, NOW_NS)
             converter.read([wire.packet(process="other")], NOW_NS)  # the reader's name cache changes under it
 
     threads = [threading.Thread(target=stream, args=(f"agent-{i}",)) for i in range(4)]
@@ -155,14 +156,13 @@ def test_streams_of_several_threads_are_counted_exactly():
 
 
 def test_steady_ingestion_does_not_leak():
-    tracker = FlowTracker(lambda ended: None)
-    converter = PacketConverter()
+    tracker = FlowTracker(lambda ended: None, reader=PacketConverter().wire)
     batches = [batch(256, start=i * 256, remote_base=i * 256) for i in range(20)]
 
     def round_() -> None:
         for data in batches:
-            tracker.add_wire("a", converter.wire, data, True, NOW_NS)
-        tracker.add_wire("a", converter.wire, dns_batch(50), True, NOW_NS)
+            tracker.add_wire("a", data, True, NOW_NS)
+        tracker.add_wire("a", dns_batch(50), True, NOW_NS)
         tracker.flush_all()
 
     round_()  # caches and free lists settle
@@ -184,7 +184,7 @@ def test_steady_ingestion_does_not_leak():
 
 def test_hostile_wire_bytes_never_raise():
     converter = PacketConverter()
-    tracker = FlowTracker(lambda ended: None)
+    tracker = FlowTracker(lambda ended: None, reader=converter.wire)
     good = batch(3)
     hostile = [
         b"", b"\x00", b"\x08", b"\xff" * 64, b"\x0a\x80\x80\x80\x80\x10", good[:-1], good + b"\x0b",
@@ -194,7 +194,7 @@ def test_hostile_wire_bytes_never_raise():
     for data in hostile:
         for batched in (True, False):
             converter.read_wire(data, batched, NOW_NS)
-            tracker.add_wire("a", converter.wire, data, batched, NOW_NS)
+            tracker.add_wire("a", data, batched, NOW_NS)
     assert converter.rejected.get("malformed_message", 0) > 0
     assert len(converter.read_wire(good, True, NOW_NS)) == 3
 
@@ -209,3 +209,52 @@ def test_clocks_at_the_edge_of_64_bits_saturate_instead_of_overflowing():
     tracker.add_packets("a", [raw])
     tracker.sweep(1e300)  # an absurd wall clock: the event clock saturates and the flow idles out
     assert [f.end_reason for f in expired] == ["idle"]
+
+
+def _tcp_batch(remotes: list[int], ts_ms: int) -> bytes:
+    """One packet (no payload: nothing kept) to each remote address, all at ts_ms."""
+    return sensor_pb2.PacketBatch(packets=[
+        sensor_pb2.NetworkPacket(local_ip=0x0A000005, remote_ip=0x5D000000 + r, local_port=40000, remote_port=443,
+                                 protocol=6, timestamp=ts_ms, direction=1, size=60, tcp_flags=0x10)
+        for r in remotes
+    ]).SerializeToString()
+
+
+def test_a_snapshot_of_a_large_table_looks_at_the_list_tails_and_its_limit_only():
+    tracker = FlowTracker(lambda ended: None, reader=PacketConverter().wire)
+    agents, per_agent = ["a", "b", "c"], 20_000
+    for start in range(0, per_agent, 2000):
+        for agent in agents:
+            tracker.add_wire(agent, _tcp_batch(list(range(start, start + 2000)), BASE_MS), True, NOW_NS)
+    touched = [("b", 17), ("a", 5), ("c", 19_999), ("a", 12_345), ("b", 0)]  # oldest flows, updated last
+    for agent, remote in touched:
+        tracker.add_wire(agent, _tcp_batch([remote], BASE_MS + 1), True, NOW_NS)
+    assert tracker.active_flows == len(agents) * per_agent
+
+    newest = tracker.snapshot(limit=5)
+    assert [(f.agent_id, f.remote_ip - 0x5D000000) for f in newest] == touched[::-1]
+    # Three agents, one non-empty list each (TCP): 3 tails, then one step per flow taken. The old
+    # snapshot sorted all 60,000.
+    assert tracker.snapshot_visited() <= 3 + 5
+    [b_newest, b_next] = tracker.snapshot("b", 2)
+    assert (b_newest.remote_ip, b_next.remote_ip) == (0x5D000000 + 0, 0x5D000000 + 17)
+    assert tracker.snapshot_visited() <= 1 + 2
+    everything = tracker.snapshot(limit=2**62)  # a limit past the table: every flow once, nothing more
+    assert len(everything) == len({f.flow_id for f in everything}) == len(agents) * per_agent
+    assert tracker.snapshot_visited() == len(agents) * per_agent
+
+
+def test_a_tracker_parses_with_the_reader_it_was_built_with_and_refuses_wire_bytes_without_one():
+    converter = PacketConverter()
+    tracker = FlowTracker(lambda ended: None, reader=converter.wire)
+    del converter  # the tracker holds its reader
+    assert tracker.add_wire("a", batch(2) + b"\x0b", True, NOW_NS) == (2, 1)
+
+    packets_only = FlowTracker(lambda ended: None)
+    with pytest.raises(TypeError, match="without a reader"):
+        packets_only.add_wire("a", batch(2), True, NOW_NS)
+    assert packets_only.active_flows == 0 and not packets_only.lock.locked()
+    packets_only.add_packets("a", PacketConverter().read_wire(batch(2), True, NOW_NS))
+    assert packets_only.active_flows == 2
+    with pytest.raises(TypeError, match="WireReader"):
+        FlowTracker(lambda ended: None, reader=PacketConverter())  # type: ignore[arg-type]
