@@ -160,3 +160,60 @@ def test_a_full_queue_drops_and_counts_per_agent_without_blocking_streams(in_pro
     assert body["flows_processed"] + body["analysis_queue_dropped"] == body["flows_created"]
     agents = {a["id"]: a for a in running.rest.get("/api/v1/agents")[1]["agents"]}
     assert sum(a.get("analysis_dropped", 0) for a in agents.values()) == body["analysis_queue_dropped"]
+
+
+@pytest.mark.slow
+def test_sigterm_analyses_every_open_flow_before_the_entry_point_exits(tmp_path: Path) -> None:
+    """`python -m appliance` (analysis process, the default): flows still open at SIGTERM are flushed
+    through the analysis process and their alert is in SQLite when the server has exited."""
+    import queue
+    import re
+    import sqlite3
+    import subprocess
+
+    import grpc
+
+    from appliance.generated import sensor_pb2_grpc
+    from tests.appliance.test_main import ROOT, banner, start
+
+    signatures = tmp_path / "sig"
+    signatures.mkdir()
+    for rule in (ROOT / "rules").glob("*.yaml"):
+        (signatures / rule.name).write_bytes(rule.read_bytes())
+    proc = start(tmp_path, f"""
+grpc: {{listen: "127.0.0.1:0", tls: false}}
+rest: {{listen: "127.0.0.1:0"}}
+paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_dir: "{tmp_path}/static", signatures_dir: "{signatures}"}}
+""")
+    try:
+        shown = banner(proc)
+        port = int(re.search(r"port (\d+)", shown["gRPC ingestion"]).group(1))
+        tunnel = sc.iodine_tunnel()
+        hold = queue.Queue[None]()
+        sent = threading.Event()
+
+        def held_open() -> Any:  # every packet, then the stream stays open: its flows are not flushed
+            yield from sc.batches(tunnel.sorted())
+            sent.set()
+            hold.get()
+
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = sensor_pb2_grpc.SensorServiceStub(channel)
+        call = stub.StreamPacketBatches.future(held_open(), metadata=[("x-machine-id", tunnel.machine_id)])
+        assert sent.wait(30)
+        time.sleep(0.5)  # the last batch is read by the server
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert children, "no analysis process under the server"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, proc.stdout.read() if proc.stdout else ""
+        hold.put(None)
+        call.cancel()
+        channel.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with sqlite3.connect(tmp_path / "state" / "detection.db") as db:
+        categories = [row[0] for row in db.execute("SELECT category FROM alerts")]
+    assert categories == ["DnsTunneling"]
+    for pid in children:  # the analysis process finished with its server
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
