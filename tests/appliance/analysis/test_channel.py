@@ -1,0 +1,47 @@
+"""The local channel to the analysis process: frames, their bound, and a peer that goes away."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+
+from appliance.analysis.channel import CONTROL, FLOWS, MAX_FRAME, Channel, ChannelClosed
+
+
+def pair() -> tuple[Channel, Channel]:
+    ours, theirs = Channel.pair()
+    return ours, Channel(theirs)
+
+
+def test_frames_arrive_whole_and_in_order() -> None:
+    a, b = pair()
+    big = bytes(range(256)) * 8192  # 2 MiB: more than one socket buffer
+    a.send(FLOWS, b"")
+    a.send_json(CONTROL, {"op": "drain", "seq": 3})
+    import threading
+    sender = threading.Thread(target=a.send, args=(FLOWS, big))
+    sender.start()
+    assert b.recv() == (FLOWS, b"")
+    assert b.recv() == (CONTROL, b'{"op":"drain","seq":3}')
+    assert b.recv() == (FLOWS, big)
+    sender.join()
+
+
+def test_a_frame_over_the_bound_ends_the_channel_instead_of_allocating_it() -> None:
+    ours, theirs = socket.socketpair()
+    theirs.sendall(struct.pack("!cI", FLOWS, MAX_FRAME + 1))
+    with pytest.raises(ChannelClosed, match="over the"):
+        Channel(ours).recv()
+
+
+@pytest.mark.parametrize("partial", [b"", b"F\x00", b"F\x00\x00\x00\x10abc"])
+def test_a_peer_that_goes_away_mid_frame_is_the_end_of_the_channel(partial: bytes) -> None:
+    a, b = pair()
+    a.sock.sendall(partial)
+    a.close()
+    with pytest.raises(ChannelClosed):
+        b.recv()
+    with pytest.raises(ChannelClosed):
+        b.send(FLOWS, b"x")

@@ -1,0 +1,62 @@
+"""FairQueue: bounded, fair between agents, drops counted per agent, never blocks a producer."""
+
+from __future__ import annotations
+
+import threading
+
+from appliance.analysis.fair_queue import FairQueue
+from appliance.model import FlowRecord, Transport
+
+
+def flow(agent: str, n: int) -> FlowRecord:
+    return FlowRecord(f"{agent}-{n}", agent, 17, Transport.UDP, 1, 1000 + n, 2, 53, n, n)
+
+
+def test_a_round_with_a_limit_takes_at_most_the_limit_in_turn_between_agents() -> None:
+    queue = FairQueue(1000)
+    queue.put_many([flow("a", i) for i in range(100)] + [flow("b", i) for i in range(5)])
+    batch = queue.take_round(limit=40, timeout=0)
+    assert batch is not None and len(batch) == 40
+    assert sum(f.agent_id == "b" for f in batch) == 5  # b's five are not starved behind a's hundred
+    rest = queue.take_round(limit=1000, timeout=0)
+    assert rest is not None and len(rest) == 65 and queue.depth == 0
+    assert queue.take_round(limit=10, timeout=0) == []
+
+
+def test_the_bound_holds_and_the_flooding_agent_pays_for_it() -> None:
+    drops: list[tuple[str, int]] = []
+    queue = FairQueue(10, on_drop=lambda agent, n: drops.append((agent, n)))
+    queue.put_many([flow("flood", i) for i in range(50)])
+    queue.put_many([flow("quiet", i) for i in range(3)])
+    assert queue.depth == 10
+    assert queue.dropped == 43 and queue.dropped_by_agent == {"flood": 43}
+    taken = queue.take_round(limit=100, timeout=0)
+    assert taken is not None and sum(f.agent_id == "quiet" for f in taken) == 3
+    assert sum(n for _, n in drops) == 43
+
+
+def test_flows_taken_count_against_the_bound_until_done() -> None:
+    queue = FairQueue(4)
+    queue.put_many([flow("a", i) for i in range(4)])
+    batch = queue.take_round(limit=4, timeout=0)
+    assert batch is not None and not queue.idle
+    queue.put_many([flow("a", 9)])
+    assert queue.dropped == 1  # the four in work still hold their places
+    assert not queue.wait_idle(0.05)
+    queue.done(len(batch))
+    assert queue.wait_idle(1)
+
+
+def test_a_waiting_consumer_is_woken_by_a_producer_and_by_close() -> None:
+    queue = FairQueue(10)
+    got: list[object] = []
+    consumer = threading.Thread(target=lambda: got.append(queue.take_round(limit=5, timeout=10)))
+    consumer.start()
+    queue.put_many([flow("a", 1)])
+    consumer.join(5)
+    assert [f.flow_id for f in got[0]] == ["a-1"]  # type: ignore[union-attr]
+    closer = threading.Thread(target=lambda: got.append(queue.take_round(timeout=10)))
+    closer.start()
+    queue.close()
+    closer.join(5)
+    assert got[1] is None
