@@ -107,7 +107,9 @@ class LimitSettings(_Section):
     max_flows: Annotated[int, Field(ge=10, le=10_000_000)] = 200_000
     # An agent at this many flows evicts its own longest-idle flow: one agent cannot fill the table.
     max_flows_per_agent: Annotated[int, Field(ge=10, le=10_000_000)] = 50_000
-    analysis_queue: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
+    # Room for one agent's whole table: a stream that ends flushes every flow of its agent at once,
+    # and with analysis on its own core that burst should wait, not be dropped.
+    analysis_queue: Annotated[int, Field(ge=1, le=10_000_000)] = 50_000
     max_payload_bytes: Annotated[int, Field(ge=0, le=1 << 20)] = 65535
     samples_per_flow: Annotated[int, Field(ge=0, le=1024)] = 8
     sample_bytes: Annotated[int, Field(ge=0, le=65535)] = 2048
