@@ -117,7 +117,8 @@ class AnalysisProcess(QueueFigures):
         proc = self._proc
         return {"mode": self.mode, "running": bool(self._ready and proc is not None and proc.poll() is None),
                 "pid": proc.pid if proc is not None else 0, "restarts": self.restarts, "flows_lost": self.flows_lost,
-                "dns_dropped": self.dns_dropped, "flows_not_analysed": 0}
+                "dns_dropped": self.dns_dropped, "flows_not_analysed": 0,
+                "frames_refused": self._base.get("frames_refused", 0) + int(self._stats.get("frames_refused", 0))}
 
     # -- life cycle -----------------------------------------------------------------------------
     def spawn(self) -> None:
@@ -307,6 +308,7 @@ class AnalysisProcess(QueueFigures):
             self.flows_lost += lost
             for name, value in (self._stats.get("counters") or {}).items():
                 self._base[name] = self._base.get(name, 0) + int(value)
+            self._base["frames_refused"] = self._base.get("frames_refused", 0) + int(self._stats.get("frames_refused", 0))
             self._stats = {}
             self.restarts += 1
             wait = self._backoff

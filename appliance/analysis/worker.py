@@ -81,16 +81,21 @@ class Worker:
                 elif kind == DNS:
                     self._dns(payload)
                 elif kind == CONTROL:
-                    body = json.loads(payload)
+                    body = _control(payload)
+                    if body is None:
+                        self.frames_refused += 1
+                        continue
                     op = body.get("op")
                     if op == "reload":
                         self.reload()
-                    elif op == "drain":
+                    elif op == "drain" and isinstance(body.get("seq"), int):
                         if self.parts.exporter is not None:
                             self.parts.exporter.flush()
-                        self.report(drained=int(body.get("seq", 0)))
+                        self.report(drained=body["seq"])
                     elif op == "stop":
                         break
+                    else:
+                        self.frames_refused += 1
                 else:
                     self.frames_refused += 1
         except ChannelClosed:
@@ -132,6 +137,14 @@ class Worker:
         self.stores.exclusions.reload()
         self.stores.console_settings.reload()
         log.info("analysis config, exclusions and console settings reloaded")
+
+
+def _control(payload: bytes) -> dict[str, Any] | None:
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
 
 
 def main(argv: list[str] | None = None) -> int:

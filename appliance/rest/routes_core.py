@@ -43,6 +43,7 @@ class AnalysisWorkerStatus(BaseModel):
     flows_lost: int  # flows handed to an analysis process that died before it confirmed them
     dns_dropped: int = 0  # DNS answers and resolver events over the channel's bound
     flows_not_analysed: int = 0  # mode off: every ended flow
+    frames_refused: int = 0  # channel frames the analysis process could not read (a bug, never silent)
 
 
 class MetricsReply(BaseModel):

@@ -1,0 +1,83 @@
+"""The analysis process itself (`python -m appliance.analysis.worker`), driven over a real socketpair.
+
+Frames that do not decode are refused and counted and the process keeps analysing; it ignores SIGTERM
+(the server's shutdown is still flushing flows into it) and leaves when its channel ends.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.analysis.channel import CONTROL, DNS, FLOWS, STATS, Channel
+from appliance.flows import record_codec
+from tests.appliance.flows.test_record_codec import flows_of
+from tests.appliance.detection import scenarios as sc
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Any:
+    ours, theirs = Channel.pair()
+    (tmp_path / "signatures").mkdir()
+    settings = {"paths": {"state_dir": str(tmp_path / "state"), "certs_dir": str(tmp_path / "certs"),
+                          "static_dir": str(tmp_path / "static"), "signatures_dir": str(ROOT / "rules")}}
+    (tmp_path / "state").mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "appliance.analysis.worker", "--channel-fd", str(theirs.fileno())],
+                            stdin=subprocess.PIPE, pass_fds=(theirs.fileno(),), cwd=ROOT)
+    theirs.close()
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps(settings).encode())
+    proc.stdin.close()
+    yield proc, ours
+    ours.close()
+    try:
+        proc.wait(20)
+    finally:
+        proc.kill()
+
+
+def drained(channel: Channel, seq: int) -> dict[str, Any]:
+    channel.send_json(CONTROL, {"op": "drain", "seq": seq})
+    while True:
+        kind, payload = channel.recv()
+        assert kind == STATS
+        body = json.loads(payload)
+        if body.get("drained") == seq:
+            return body
+
+
+def test_frames_that_do_not_decode_are_refused_counted_and_analysis_goes_on(worker: Any) -> None:
+    proc, channel = worker
+    flows = flows_of(sc.iodine_tunnel(seconds=30))
+    channel.send(FLOWS, b"\xff" * 64)  # not a batch
+    channel.send(FLOWS, b"\x08\x07")  # a batch of a version this process does not read
+    channel.send(DNS, b"\x0a\xff\xff\xff\xff\x0f")  # a broken DNS batch
+    channel.send(b"Z", b"whatever")  # a kind it does not know
+    channel.send(CONTROL, b"{not json")
+    channel.send(CONTROL, b"[1, 2]")
+    channel.send_json(CONTROL, {"op": "drain", "seq": "soon"})
+    channel.send_json(CONTROL, {"op": "format-disk"})
+    channel.send(FLOWS, record_codec.encode(flows))
+    body = drained(channel, 1)
+    assert body["frames_refused"] == 8
+    assert body["flows_received"] == len(flows) == body["counters"]["flows_processed"]
+    assert body["counters"]["alerts_generated"] == 1  # the tunnel, analysed after the garbage
+    assert proc.poll() is None
+
+
+def test_sigterm_is_ignored_and_the_end_of_the_channel_ends_the_process(worker: Any) -> None:
+    proc, channel = worker
+    drained(channel, 1)  # started
+    proc.send_signal(signal.SIGTERM)
+    channel.send(FLOWS, record_codec.encode(flows_of(sc.iodine_tunnel(seconds=10))))
+    assert drained(channel, 2)["flows_received"] > 0  # still analysing after SIGTERM
+    channel.close()
+    assert proc.wait(20) == 0
