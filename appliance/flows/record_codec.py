@@ -32,26 +32,32 @@ def _dns_pb(m: DnsMessage) -> pb.DnsMessage:
     )
 
 
-def _record_pb(r: FlowRecord) -> pb.FlowRecord:
-    dns = r.dns
-    index = {id(m): i + 1 for i, m in enumerate(dns)} if dns else {}
-    return pb.FlowRecord(
-        flow_id=r.flow_id, agent_id=r.agent_id, protocol=r.protocol, local_ip=r.local_ip, local_port=r.local_port,
-        remote_ip=r.remote_ip, remote_port=r.remote_port, first_ns=r.first_ns, last_ns=r.last_ns,
-        packets_out=r.packets_out, packets_in=r.packets_in, bytes_out=r.bytes_out, bytes_in=r.bytes_in,
-        payload_bytes_out=r.payload_bytes_out, payload_bytes_in=r.payload_bytes_in, tcp_flags=r.tcp_flags,
-        pid=r.pid, process_name=r.process_name, end_reason=r.end_reason,
-        dns=[_dns_pb(m) for m in dns],
-        samples=[pb.SamplePacket(
-            timestamp_ns=s.timestamp_ns, direction=s.direction, size=s.size, payload=s.payload, tcp_flags=s.tcp_flags,
-            pid=s.pid, process_name=s.process_name, dns_index=index.get(id(s.dns), 0) if s.dns is not None else 0,
-        ) for s in r.samples],
-    )
-
-
 def encode(records: Iterable[FlowRecord]) -> bytes:
-    """A serialized FlowRecordBatch of `records`."""
-    return pb.FlowRecordBatch(version=VERSION, records=[_record_pb(r) for r in records]).SerializeToString()
+    """A serialized FlowRecordBatch of `records`.
+
+    Built in place with `add()`: handing finished sub-messages to a constructor copies each one, which
+    made encoding twice as slow (the server process pays this per ended flow).
+    """
+    batch = pb.FlowRecordBatch(version=VERSION)
+    add = batch.records.add
+    for r in records:
+        record = add(
+            flow_id=r.flow_id, agent_id=r.agent_id, protocol=r.protocol, local_ip=r.local_ip, local_port=r.local_port,
+            remote_ip=r.remote_ip, remote_port=r.remote_port, first_ns=r.first_ns, last_ns=r.last_ns,
+            packets_out=r.packets_out, packets_in=r.packets_in, bytes_out=r.bytes_out, bytes_in=r.bytes_in,
+            payload_bytes_out=r.payload_bytes_out, payload_bytes_in=r.payload_bytes_in, tcp_flags=r.tcp_flags,
+            pid=r.pid, process_name=r.process_name, end_reason=r.end_reason,
+        )
+        dns = r.dns
+        index: dict[int, int] = {}
+        if dns:
+            index = {id(m): i + 1 for i, m in enumerate(dns)}
+            record.dns.extend(_dns_pb(m) for m in dns)
+        sample = record.samples.add
+        for s in r.samples:
+            sample(timestamp_ns=s.timestamp_ns, direction=s.direction, size=s.size, payload=s.payload, tcp_flags=s.tcp_flags,
+                   pid=s.pid, process_name=s.process_name, dns_index=index.get(id(s.dns), 0) if s.dns is not None else 0)
+    return batch.SerializeToString()
 
 
 def encode_dns(items: Iterable[tuple[str, DnsMessage, bool]]) -> bytes:
