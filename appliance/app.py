@@ -319,6 +319,8 @@ def build(settings: Settings) -> Appliance:
         FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow,
                    max_flows_per_agent=limits.max_flows_per_agent),
         on_dns_response=analysis.observe_answer, reader=converter.wire,
+        # Analysed in this process: samples expanded as flows end. Else they leave as the C table wrote them.
+        samples_as_wire=analysis.mode != "thread",
     )
     ingest = IngestService(converter, tracker, agents, on_dns_event=analysis.observe_dns,
                            max_streams_per_agent=settings.grpc.max_streams_per_agent)

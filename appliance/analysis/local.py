@@ -61,7 +61,7 @@ class LocalAnalysis(QueueFigures):
 
     def status(self) -> dict[str, Any]:
         return {"mode": self.mode, "running": True, "pid": 0, "restarts": 0, "flows_lost": 0, "dns_dropped": 0,
-                "flows_not_analysed": 0}
+                "flows_not_analysed": 0, "frames_refused": 0}
 
     def spawn(self) -> None:
         """Nothing to start early: the thread starts with the appliance."""
@@ -116,7 +116,7 @@ class NoAnalysis:
 
     def status(self) -> dict[str, Any]:
         return {"mode": self.mode, "running": False, "pid": 0, "restarts": 0, "flows_lost": 0, "dns_dropped": 0,
-                "flows_not_analysed": self.flows_not_analysed}
+                "flows_not_analysed": self.flows_not_analysed, "frames_refused": 0}
 
     def spawn(self) -> None:
         pass

@@ -9,6 +9,7 @@ this module, like `ingest.convert` for the agent contract.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 
 from appliance.errors import ApplianceError
 from appliance.generated import flow_record_pb2 as pb
@@ -53,6 +54,8 @@ def encode(records: Iterable[FlowRecord]) -> bytes:
         if dns:
             index = {id(m): i + 1 for i, m in enumerate(dns)}
             record.dns.extend(_dns_pb(m) for m in dns)
+        if r.sample_wire:  # the C table's samples, already in this contract's encoding
+            record.MergeFromString(r.sample_wire)
         sample = record.samples.add
         for s in r.samples:
             sample(timestamp_ns=s.timestamp_ns, direction=s.direction, size=s.size, payload=s.payload, tcp_flags=s.tcp_flags,
@@ -71,10 +74,9 @@ def _dns(m: pb.DnsMessage) -> DnsMessage:
                       [DnsAnswer(a.name, a.rtype, a.ttl, a.data) for a in m.answers], m.malformed, m.timestamp_ns)
 
 
-def _record(r: pb.FlowRecord) -> FlowRecord:
+def _samples(r: pb.FlowRecord, dns: list[DnsMessage]) -> list[Packet]:
     protocol = r.protocol
     transport = _TRANSPORTS.get(protocol, Transport.OTHER)
-    dns = [_dns(m) for m in r.dns]
     local_ip, remote_ip, local_port, remote_port = r.local_ip, r.remote_ip, r.local_port, r.remote_port
     samples = []
     for s in r.samples:
@@ -83,11 +85,44 @@ def _record(r: pb.FlowRecord) -> FlowRecord:
         message = dns[s.dns_index - 1] if 0 < s.dns_index <= len(dns) else None
         samples.append(Packet(s.timestamp_ns, s.direction, protocol, transport, local_ip, remote_ip, local_port,
                               remote_port, s.size, payload, s.tcp_flags, s.pid, s.process_name, message, icmp))
+    return samples
+
+
+def _record(r: pb.FlowRecord) -> FlowRecord:
+    protocol = r.protocol
+    dns = [_dns(m) for m in r.dns]
     return FlowRecord(
-        r.flow_id, r.agent_id, protocol, transport, local_ip, local_port, remote_ip, remote_port, r.first_ns, r.last_ns,
-        r.packets_out, r.packets_in, r.bytes_out, r.bytes_in, r.payload_bytes_out, r.payload_bytes_in, r.tcp_flags,
-        r.pid, r.process_name, r.end_reason, dns, samples,
+        r.flow_id, r.agent_id, protocol, _TRANSPORTS.get(protocol, Transport.OTHER), r.local_ip, r.local_port,
+        r.remote_ip, r.remote_port, r.first_ns, r.last_ns, r.packets_out, r.packets_in, r.bytes_out, r.bytes_in,
+        r.payload_bytes_out, r.payload_bytes_in, r.tcp_flags, r.pid, r.process_name, r.end_reason, dns,
+        _samples(r, dns),
     )
+
+
+def expand_samples(record: FlowRecord) -> None:
+    """Move the samples the C flow table kept as wire entries into `record.samples` (an ended flow about to
+    be analysed in this process). Its own samples come first, as the table kept them in arrival order:
+    a flow's samples are either all wire (TCP, UDP but DNS, other) or all Python-kept (DNS, ICMP)."""
+    if record.sample_wire:
+        record.samples.extend(_wire_samples(record))
+        record.sample_wire = b""
+
+
+def expanded(record: FlowRecord) -> FlowRecord:
+    """`record` with every sample as a Packet, without touching it (a live flow, a finished one on view)."""
+    if not record.sample_wire:
+        return record
+    return replace(record, samples=record.samples + _wire_samples(record), sample_wire=b"")
+
+
+def _wire_samples(record: FlowRecord) -> list[Packet]:
+    header = pb.FlowRecord(protocol=record.protocol, local_ip=record.local_ip, local_port=record.local_port,
+                           remote_ip=record.remote_ip, remote_port=record.remote_port)
+    try:
+        header.MergeFromString(record.sample_wire)
+    except Exception as err:  # written by fastpath.c: a failure here is a bug there
+        raise RecordError(f"the flow table's samples do not parse: {err}") from None
+    return _samples(header, [])
 
 
 def decode(data: bytes) -> list[FlowRecord]:

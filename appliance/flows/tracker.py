@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from appliance.flows.packets import RawPacket, dns_message, expand
+from appliance.flows.record_codec import expand_samples, expanded
 from appliance.model import DnsMessage, FlowRecord, Transport
 from appliance.native.fastpath import FlowTable, WireReader
 
@@ -134,6 +135,11 @@ class FlowTracker:
 
     `reader` is the wire reader `add_wire` parses with (ingest's, which counts what it rejects);
     a tracker built without one is fed parsed packets only (`add_packets`).
+
+    The payload samples of flows that are not DNS are kept by C as flow record contract bytes
+    (`FlowRecord.sample_wire`). With `samples_as_wire` ended flows leave with them as they are (the
+    analysis process reads them there); without, they are expanded into `samples` before
+    `on_expire` sees them. `snapshot` and `find` always return records with every sample expanded.
     """
 
     def __init__(
@@ -144,6 +150,7 @@ class FlowTracker:
         on_dns_response: Callable[[str, DnsMessage], None] | None = None,
         flow_ids: FlowIds | None = None,
         reader: WireReader | None = None,
+        samples_as_wire: bool = False,
     ) -> None:
         self._on_expire = on_expire
         self._next_id = flow_ids or FlowIds()
@@ -156,8 +163,9 @@ class FlowTracker:
         self._table = FlowTable(
             tuple(idle[c] for c in CLASSES), int(self.timeouts.active * _NS), int(self.timeouts.dns_active * _NS),
             self.limits.max_flows, self.limits.samples_per_flow, self._new_record, self._keep,
-            max_flows_per_agent=self.limits.max_flows_per_agent, reader=reader,
+            max_flows_per_agent=self.limits.max_flows_per_agent, reader=reader, sample_bytes=self.limits.sample_bytes,
         )
+        self._samples_as_wire = samples_as_wire
         self._sample_bytes = self.limits.sample_bytes
         self._dns_cap = self.limits.dns_per_flow
         self._answers: list[tuple[str, DnsMessage]] = []  # DNS responses of the call under way
@@ -178,7 +186,7 @@ class FlowTracker:
     def _keep(self, flow: FlowRecord, raw: RawPacket, sample: bool, is_dns: bool) -> bool:
         """Store a packet the flow keeps (a payload sample, a DNS message); True when a DNS flow is full.
 
-        Called from C for the few packets that are kept; all others only touch counters there.
+        Called from C for the packets of DNS and ICMP flows it keeps; other flows' samples are written in C.
         """
         if sample:
             pkt = expand(raw)
@@ -217,6 +225,8 @@ class FlowTracker:
                     answers, self._answers = self._answers, []
                     for record in ended:
                         del self._live[record.flow_id]
+                        if not self._samples_as_wire:
+                            expand_samples(record)
         finally:
             try:
                 if answers and self._on_dns_response is not None:
@@ -302,7 +312,7 @@ class FlowTracker:
         lists, so the lock is held for the list tails plus `limit` flows, not for the whole table.
         """
         with self.lock:
-            return self._table.snapshot(agent_id or None, limit)
+            return [expanded(record) for record in self._table.snapshot(agent_id or None, limit)]
 
     def snapshot_visited(self) -> int:
         """How many flows the last snapshot looked at (tests: a snapshot must not walk the table)."""
@@ -313,4 +323,4 @@ class FlowTracker:
         """The live flow of that id, its counters current (a dict look-up and one hash chain)."""
         with self.lock:
             record = self._live.get(wanted_id)
-            return record if record is not None and self._table.refresh(record) else None
+            return expanded(record) if record is not None and self._table.refresh(record) else None

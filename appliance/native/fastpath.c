@@ -13,8 +13,10 @@
  * Python objects and updating a flow record in Python costs ~5 us per packet, ten times the
  * budget. Here a packet that only updates counters touches no Python object at all. Python is
  * called only where the domain lives: a new flow's FlowRecord is built by a Python factory,
- * and packets a flow keeps (payload samples, DNS messages) go to a Python `keep` callback that
- * parses them (appliance.ingest.dns) and applies the sample and DNS caps.
+ * and DNS packets (which the resolver cache and the DNS caps need parsed at once) and ICMP samples
+ * go to a Python `keep` callback that parses them (appliance.ingest.dns). The payload samples of
+ * every other flow are written here, straight into the flow record contract (proto/flow_record.proto), and
+ * reach Python as bytes when the flow ends.
  *
  * The semantics are those of the pure-Python tracker this replaced, kept as the test oracle in
  * tests/appliance/native/reference_model.py; the differential tests require identical results.
@@ -61,12 +63,12 @@ static PyObject *end_strings[E_COUNT];
 /* Attribute names of FlowRecord written back from the C counters. */
 enum {
     A_FIRST, A_LAST, A_PK_OUT, A_PK_IN, A_BY_OUT, A_BY_IN, A_PB_OUT, A_PB_IN, A_FLAGS, A_PID,
-    A_NAME, A_END, A_FLOW_ID, A_COUNT
+    A_NAME, A_END, A_FLOW_ID, A_SAMPLE_WIRE, A_COUNT
 };
 static const char *const ATTR_NAMES[A_COUNT] = {
     "first_ns", "last_ns", "packets_out", "packets_in", "bytes_out", "bytes_in",
     "payload_bytes_out", "payload_bytes_in", "tcp_flags", "pid", "process_name", "end_reason",
-    "flow_id",
+    "flow_id", "sample_wire",
 };
 static PyObject *attr_strings[A_COUNT];
 static PyObject *empty_string;
@@ -92,6 +94,13 @@ enum {
     N_LOCAL_IP = 1, N_REMOTE_IP = 2, N_LOCAL_PORT = 3, N_REMOTE_PORT = 4, N_PROTOCOL = 5, N_TIMESTAMP = 6,
     N_DIRECTION = 7, N_SIZE = 8, N_PAYLOAD = 9, N_TCP_FLAGS = 10, N_PID = 11, N_PROCESS_NAME = 12,
     N_BATCH_PACKETS = 1,
+};
+
+/* Field numbers of SamplePacket and of FlowRecord.samples (proto/flow_record.proto). Exported as
+ * SAMPLE_FIELDS and held against the generated descriptor by a test, like WIRE_FIELDS. */
+enum {
+    S_TIMESTAMP = 1, S_DIRECTION = 2, S_SIZE = 3, S_PAYLOAD = 4, S_TCP_FLAGS = 5, S_PID = 6, S_PROCESS_NAME = 7,
+    S_RECORD_SAMPLES = 21,
 };
 
 typedef struct {
@@ -567,6 +576,10 @@ typedef struct Flow {
     uint32_t flags, pid, samples;
     PyObject *name;   /* owned; NULL until a packet names the process */
     PyObject *record; /* owned FlowRecord */
+    /* The payload samples of a flow that is not DNS, kept here as FlowRecord.samples entries of
+     * proto/flow_record.proto (written into the record as `sample_wire`): no Python object per packet. */
+    uint8_t *sw;
+    size_t sw_len, sw_cap;
 } Flow;
 
 typedef struct Agent {
@@ -590,6 +603,7 @@ typedef struct {
     int64_t idle_ns[NCLS], active_ns, dns_active_ns;
     Py_ssize_t max_flows, max_per_agent;
     uint32_t samples_cap;
+    Py_ssize_t sample_bytes; /* bytes kept of each sample's payload */
     PyObject *factory, *keep, *ended;
     WireReader *reader; /* owned, for the table's life; what add_wire parses with (NULL: add_packets only) */
     uint64_t touches;   /* packets accounted so far: every flow's `touched` comes from it */
@@ -736,6 +750,98 @@ static int sync_record(Flow *f)
         return -1;
     if (f->name && PyObject_SetAttr(r, attr_strings[A_NAME], f->name) < 0)
         return -1;
+    if (f->sw_len) {
+        PyObject *wire = PyBytes_FromStringAndSize((const char *)f->sw, (Py_ssize_t)f->sw_len);
+        if (wire == NULL)
+            return -1;
+        int rc = PyObject_SetAttr(r, attr_strings[A_SAMPLE_WIRE], wire);
+        Py_DECREF(wire);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* -- writing samples as protobuf ----------------------------------------------------------- */
+static inline size_t varint_size(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static inline uint8_t *put_varint(uint8_t *o, uint64_t v)
+{
+    while (v >= 0x80) {
+        *o++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *o++ = (uint8_t)v;
+    return o;
+}
+
+/* proto3: a zero scalar is not written */
+static inline size_t varint_field_size(int field, uint64_t v) { return v ? varint_size((uint64_t)field << 3) + varint_size(v) : 0; }
+
+static inline uint8_t *put_varint_field(uint8_t *o, int field, uint64_t v)
+{
+    if (!v)
+        return o;
+    o = put_varint(o, (uint64_t)field << 3);
+    return put_varint(o, v);
+}
+
+static inline size_t bytes_field_size(int field, size_t len) { return len ? varint_size(((uint64_t)field << 3) | 2) + varint_size(len) + len : 0; }
+
+static inline uint8_t *put_bytes_field(uint8_t *o, int field, const void *data, size_t len)
+{
+    if (!len)
+        return o;
+    o = put_varint(o, ((uint64_t)field << 3) | 2);
+    o = put_varint(o, len);
+    memcpy(o, data, len);
+    return o + len;
+}
+
+/* Append one payload sample to the flow's `samples` entries, its payload cut to sample_bytes. */
+static int keep_sample(FlowTable *t, Flow *f, const Pkt *p)
+{
+    Py_ssize_t name_len = 0;
+    const char *name = PyUnicode_AsUTF8AndSize(p->name, &name_len);
+    if (name == NULL)
+        return -1;
+    size_t payload_len = (size_t)(p->payload_len < t->sample_bytes ? p->payload_len : t->sample_bytes);
+    size_t body = varint_field_size(S_TIMESTAMP, (uint64_t)p->ts) + varint_field_size(S_DIRECTION, p->direction) +
+                  varint_field_size(S_SIZE, p->size) + bytes_field_size(S_PAYLOAD, payload_len) +
+                  varint_field_size(S_TCP_FLAGS, p->flags) + varint_field_size(S_PID, p->pid) +
+                  bytes_field_size(S_PROCESS_NAME, (size_t)name_len);
+    size_t need = varint_size(((uint64_t)S_RECORD_SAMPLES << 3) | 2) + varint_size(body) + body;
+    if (f->sw_len + need > f->sw_cap) {
+        size_t cap = f->sw_cap ? f->sw_cap * 2 : 256;
+        while (cap < f->sw_len + need)
+            cap *= 2;
+        uint8_t *grown = PyMem_Realloc(f->sw, cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        f->sw = grown;
+        f->sw_cap = cap;
+    }
+    uint8_t *o = f->sw + f->sw_len;
+    o = put_varint(o, ((uint64_t)S_RECORD_SAMPLES << 3) | 2);
+    o = put_varint(o, body);
+    o = put_varint_field(o, S_TIMESTAMP, (uint64_t)p->ts);
+    o = put_varint_field(o, S_DIRECTION, p->direction);
+    o = put_varint_field(o, S_SIZE, p->size);
+    o = put_bytes_field(o, S_PAYLOAD, p->payload, payload_len);
+    o = put_varint_field(o, S_TCP_FLAGS, p->flags);
+    o = put_varint_field(o, S_PID, p->pid);
+    o = put_bytes_field(o, S_PROCESS_NAME, name, (size_t)name_len);
+    f->sw_len = (size_t)(o - f->sw);
     return 0;
 }
 
@@ -758,6 +864,7 @@ static int end_flow(FlowTable *t, Flow *f, PyObject *reason)
         rc = PyList_Append(t->ended, f->record);
     Py_XDECREF(f->name);
     Py_DECREF(f->record);
+    PyMem_Free(f->sw);
     PyMem_Free(f);
     return rc;
 }
@@ -975,7 +1082,12 @@ static int track(void *ctx, Pkt *p)
     }
     if (p->payload_len) {
         int sample = f->samples < t->samples_cap;
-        if (sample || is_dns) {
+        /* ICMP samples also go to Python: their IcmpInfo is read from the whole payload, before the cut. */
+        if (sample && !is_dns && p->protocol != 1) {
+            if (keep_sample(t, f, p) < 0)
+                return -1;
+            f->samples++;
+        } else if (sample || is_dns) {
             /* Kept packets (samples, DNS) are parsed and stored by Python; it says when a DNS
              * flow is full, so that its socket's next queries start a new record. */
             PyObject *raw = pkt_tuple(p);
@@ -1340,14 +1452,18 @@ static PyObject *table_refresh(FlowTable *self, PyObject *record)
 static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"idle_ns", "active_ns", "dns_active_ns", "max_flows", "samples_per_flow",
-                             "factory", "keep", "max_flows_per_agent", "reader", NULL};
+                             "factory", "keep", "max_flows_per_agent", "reader", "sample_bytes", NULL};
     long long idle[NCLS], active, dns_active;
-    Py_ssize_t max_flows, samples, max_per_agent = 0;
+    Py_ssize_t max_flows, samples, max_per_agent = 0, sample_bytes = 2048;
     PyObject *factory, *keep, *reader = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO|n$O", kwlist, &idle[0], &idle[1], &idle[2], &idle[3],
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO|n$On", kwlist, &idle[0], &idle[1], &idle[2], &idle[3],
                                      &idle[4], &active, &dns_active, &max_flows, &samples, &factory, &keep,
-                                     &max_per_agent, &reader))
+                                     &max_per_agent, &reader, &sample_bytes))
         return -1;
+    if (sample_bytes < 0) {
+        PyErr_SetString(PyExc_ValueError, "sample_bytes must not be negative");
+        return -1;
+    }
     if (!PyCallable_Check(factory) || !PyCallable_Check(keep)) {
         PyErr_SetString(PyExc_TypeError, "factory and keep must be callable");
         return -1;
@@ -1372,6 +1488,7 @@ static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
     /* 0: no cap of its own, only the table's */
     self->max_per_agent = max_per_agent > 0 && max_per_agent < max_flows ? max_per_agent : max_flows;
     self->samples_cap = (uint32_t)samples;
+    self->sample_bytes = sample_bytes;
     self->buckets = PyMem_Calloc(1024, sizeof(Flow *));
     self->mask = 1023;
     self->agents = PyDict_New();
@@ -1423,6 +1540,7 @@ static void table_dealloc(FlowTable *self)
                 Flow *next = f->next;
                 Py_XDECREF(f->name);
                 Py_DECREF(f->record);
+                PyMem_Free(f->sw);
                 PyMem_Free(f);
                 f = next;
             }
@@ -1504,7 +1622,7 @@ static PyTypeObject FlowTableType = {
     .tp_basicsize = sizeof(FlowTable),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "FlowTable(idle_ns, active_ns, dns_active_ns, max_flows, samples_per_flow, factory, keep, "
-              "max_flows_per_agent=0, *, reader=None)",
+              "max_flows_per_agent=0, *, reader=None, sample_bytes=2048)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)table_init,
     .tp_dealloc = (destructor)table_dealloc,
@@ -1581,6 +1699,11 @@ static int export_names(PyObject *m)
         "remote_port", N_REMOTE_PORT, "protocol", N_PROTOCOL, "timestamp", N_TIMESTAMP, "direction", N_DIRECTION,
         "size", N_SIZE, "payload", N_PAYLOAD, "tcp_flags", N_TCP_FLAGS, "pid", N_PID, "process_name", N_PROCESS_NAME);
     if (fields == NULL || add_owned(m, "WIRE_FIELDS", fields) < 0)
+        return -1;
+    PyObject *sample_fields = Py_BuildValue(
+        "{sisisisisisisisi}", "timestamp_ns", S_TIMESTAMP, "direction", S_DIRECTION, "size", S_SIZE, "payload", S_PAYLOAD,
+        "tcp_flags", S_TCP_FLAGS, "pid", S_PID, "process_name", S_PROCESS_NAME, "samples", S_RECORD_SAMPLES);
+    if (sample_fields == NULL || add_owned(m, "SAMPLE_FIELDS", sample_fields) < 0)
         return -1;
     if (PyModule_AddIntConstant(m, "BATCH_PACKETS_FIELD", N_BATCH_PACKETS) < 0 ||
         add_owned(m, "REJECT_REASONS", name_tuple(REJECT_NAMES, R_COUNT)) < 0 ||

@@ -13,6 +13,7 @@ from appliance.agent_registry import AgentRegistry, AgentState
 from appliance.detection.dpi.tls_meta import opens_handshake, tls_metadata
 from appliance.errors import NotFound
 from appliance.flows.finished import FinishedFlows
+from appliance.flows.record_codec import expanded
 from appliance.flows.tracker import FlowTracker, community_id
 from appliance.metrics import MetricsCollector, MetricsHistory
 from appliance.model import FlowRecord
@@ -262,6 +263,7 @@ def flow_view(flow: FlowRecord, state: str) -> dict[str, Any]:
 def _tls_view(flow: FlowRecord) -> dict[str, Any] | None:
     if flow.tls is not None:  # set by analysis; a flow still queued for analysis is read from its samples here
         return flow.tls
+    flow = expanded(flow)  # a finished flow may hold its samples as the flow table wrote them
     if not flow.samples or not opens_handshake(flow):
         return None
     meta = tls_metadata(flow)

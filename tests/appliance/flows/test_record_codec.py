@@ -50,3 +50,20 @@ def test_bytes_that_are_not_a_batch_of_this_version_are_refused(data: bytes) -> 
 
 def test_an_empty_batch_is_no_flows() -> None:
     assert record_codec.decode(record_codec.encode([])) == []
+
+
+def test_samples_the_flow_table_wrote_in_c_decode_to_the_samples_python_would_have_kept() -> None:
+    """The C table writes the samples of TCP and non-DNS UDP flows straight into this contract; the analysis
+    process must read the same Packets the in-process path expands (payload cut, names, flags and all)."""
+    streams = (sc.benign_office(2, minutes=3), sc.raw_ip_tls(), sc.http_exfiltration())
+    as_wire: list[FlowRecord] = []
+    tracker = FlowTracker(as_wire.extend, samples_as_wire=True)
+    converter = PacketConverter()
+    for stream in streams:
+        for batch in sc.batches(stream.sorted()):
+            tracker.add_packets(stream.machine_id, converter.read(batch.packets))
+    tracker.flush_all()
+    expanded = flows_of(*streams)
+    assert any(f.sample_wire for f in as_wire) and not any(f.sample_wire for f in expanded)
+    assert record_codec.decode(record_codec.encode(as_wire)) == expanded
+    assert [record_codec.expanded(f).samples for f in as_wire] == [f.samples for f in expanded]
