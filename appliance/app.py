@@ -214,12 +214,16 @@ class DetectionStores:
     console_settings: ConsoleSettingsStore
 
 
-def open_stores(settings: Settings, alerts_saved_elsewhere: bool = False) -> DetectionStores:
-    """Open (and migrate) the detection database with its stores."""
+def open_stores(settings: Settings, alerts_saved_elsewhere: bool = False, batched_alerts: bool = False) -> DetectionStores:
+    """Open (and migrate) the detection database with its stores.
+
+    `alerts_saved_elsewhere`: the server beside an analysis process (it counts active alerts from the
+    table); `batched_alerts`: the analysis process (it commits alerts once per round of flows).
+    """
     db = DetectionDatabase(settings.paths.state_dir / DETECTION_DB)
     config_store = ConfigStore(db)
     config = AnalysisConfigHolder(load_analysis_config(config_store, settings.analysis.detectors), config_store)
-    return DetectionStores(db, config, AlertStore(db, shared=alerts_saved_elsewhere),
+    return DetectionStores(db, config, AlertStore(db, shared=alerts_saved_elsewhere, batched=batched_alerts),
                            ExclusionStore(db), ConsoleSettingsStore(db, config))
 
 

@@ -41,7 +41,7 @@ class Worker:
 
         self.channel = channel
         self.settings = settings
-        self.stores = open_stores(settings)
+        self.stores = open_stores(settings, batched_alerts=True)
         self.parts, self.pipeline = build_analysis(settings, self.stores)
         self.flows_received = 0
         self.frames_refused = 0  # frames that did not decode (a bug on the other side): counted, skipped
@@ -78,8 +78,10 @@ class Worker:
                 kind, payload = self.channel.recv()
                 if kind == FLOWS:
                     self._flows(payload)
+                    self.stores.alerts.commit()  # the round's alerts, in one transaction
                 elif kind == DNS:
                     self._dns(payload)
+                    self.stores.alerts.commit()
                 elif kind == CONTROL:
                     body = _control(payload)
                     if body is None:
@@ -101,6 +103,7 @@ class Worker:
         except ChannelClosed:
             log.warning("the server's end of the analysis channel closed: exiting")
         finally:
+            self.stores.alerts.commit()
             self._stop.set()
             self.parts.watcher.stop()
             if self.parts.exporter is not None:

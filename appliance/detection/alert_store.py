@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import fields
 from typing import Any
 
 from appliance.detection.alert import Alert
@@ -16,11 +17,33 @@ _COLUMNS = ("id, agent_id, indicator, category, severity, confidence, summary, f
             "detections, detection_count, created_at, updated_at")
 
 
+_OPEN_REMEMBERED = 100_000  # (agent, indicator) pairs a batched store remembers; then it starts again
+
+
+_ALERT_FIELDS = tuple(f.name for f in fields(Alert))
+
+
+def _copy(alert: Alert) -> Alert:
+    """The correlator changes the alert it is given: never the remembered one (or one a subscriber holds)."""
+    copied = Alert(*(getattr(alert, name) for name in _ALERT_FIELDS))
+    copied.detections = list(alert.detections)
+    return copied
+
+
 class AlertStore:
     """Alerts and their triage status in SQLite (WAL); survives restarts, including unclean ones."""
 
-    def __init__(self, db: DetectionDatabase, shared: bool = False) -> None:
+    def __init__(self, db: DetectionDatabase, shared: bool = False, batched: bool = False) -> None:
         self._db = db
+        # batched: the analysis process, the only writer of alerts, whose connection nothing else
+        # uses. Its saves are committed by `commit()` once per round of flows instead of one
+        # transaction each, and open alerts are looked up in memory: both were half of the cost of
+        # correlation. The memory is forgotten whenever another connection commits (triage, deletions
+        # by REST or retention move PRAGMA data_version), so a resolved alert is never updated.
+        self._batched = batched
+        self._uncommitted = False
+        self._open: dict[tuple[str, str], Alert | None] = {}
+        self._open_version = -1
         # shared: another process saves the alerts (the analysis process), so this one's count cannot
         # follow its own saves; it is counted again whenever SQLite says another connection committed
         # (PRAGMA data_version moves only then, and reading it costs no table scan).
@@ -64,20 +87,37 @@ class AlertStore:
     def save(self, event: str, alert: Alert) -> None:
         """Channel subscriber: insert an opened alert; update an updated one without touching its triage
         status, which an analyst may have changed since the correlator read it."""
+        if self._batched:
+            with self._db.lock:
+                self._write(event, alert)
+                self._uncommitted = True
+            # The alert as saved (the correlator never changes one it published; it changes copies).
+            self._open[(alert.agent_id, alert.indicator)] = alert if alert.status not in CLOSED else None
+            return
         with self._db.lock, self._db.conn:
-            if event == "opened":
-                # The active count moves by this one row: a COUNT over the table on every save made
-                # correlation slower with every alert ever stored (quadratic over a busy day).
-                before = self._db.conn.execute("SELECT status FROM alerts WHERE id = ?", (alert.id,)).fetchone()
-                self._db.conn.execute(f"INSERT OR REPLACE INTO alerts ({_COLUMNS}) VALUES ({', '.join('?' * 14)})",
-                                      self._row(alert))
-                self._active += (alert.status not in CLOSED) - (before is not None and before[0] not in CLOSED)
-            else:
-                self._db.conn.execute(
-                    "UPDATE alerts SET category = ?, severity = ?, confidence = ?, summary = ?, first_ns = ?, last_ns = ?, "
-                    "detections = ?, detection_count = ?, updated_at = ? WHERE id = ?",
-                    (alert.category, alert.severity, alert.confidence, alert.summary, alert.first_ns, alert.last_ns,
-                     json.dumps(alert.detections, default=str), alert.detection_count, alert.updated_at, alert.id))
+            self._write(event, alert)
+
+    def commit(self) -> None:
+        """Commit the saves of a batched store (the analysis process, after each round of flows)."""
+        if self._uncommitted:
+            with self._db.lock:
+                self._db.conn.commit()
+            self._uncommitted = False
+
+    def _write(self, event: str, alert: Alert) -> None:
+        if event == "opened":
+            # The active count moves by this one row: a COUNT over the table on every save made
+            # correlation slower with every alert ever stored (quadratic over a busy day).
+            before = self._db.conn.execute("SELECT status FROM alerts WHERE id = ?", (alert.id,)).fetchone()
+            self._db.conn.execute(f"INSERT OR REPLACE INTO alerts ({_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+                                  self._row(alert))
+            self._active += (alert.status not in CLOSED) - (before is not None and before[0] not in CLOSED)
+        else:
+            self._db.conn.execute(
+                "UPDATE alerts SET category = ?, severity = ?, confidence = ?, summary = ?, first_ns = ?, last_ns = ?, "
+                "detections = ?, detection_count = ?, updated_at = ? WHERE id = ?",
+                (alert.category, alert.severity, alert.confidence, alert.summary, alert.first_ns, alert.last_ns,
+                 json.dumps(alert.detections, default=str), alert.detection_count, alert.updated_at, alert.id))
 
     def get(self, alert_id: str) -> Alert | None:
         with self._db.lock:
@@ -85,6 +125,23 @@ class AlertStore:
         return self._alert(row) if row else None
 
     def find_open(self, agent_id: str, indicator: str) -> Alert | None:
+        if self._batched:
+            version = self._data_version()
+            if version != self._open_version:
+                self._open.clear()
+                self._open_version = version
+            key = (agent_id, indicator)
+            if key in self._open:
+                cached = self._open[key]
+                return _copy(cached) if cached is not None else None
+            found = self._find_open(agent_id, indicator)
+            if len(self._open) >= _OPEN_REMEMBERED:
+                self._open.clear()
+            self._open[key] = found
+            return _copy(found) if found is not None else None
+        return self._find_open(agent_id, indicator)
+
+    def _find_open(self, agent_id: str, indicator: str) -> Alert | None:
         with self._db.lock:
             row = self._db.conn.execute(
                 f"SELECT {_COLUMNS} FROM alerts WHERE agent_id = ? AND indicator = ? "
@@ -109,6 +166,7 @@ class AlertStore:
 
     def set_status(self, alert_id: str, status: str, *, actor: str = "admin-token", note: str = "") -> Alert | None:
         """Apply a triage transition and record it; None when there is no such alert; InvalidTransition when not allowed."""
+        self._open.clear()  # our own writes do not move data_version
         with self._db.lock, self._db.conn:
             row = self._db.conn.execute("SELECT status FROM alerts WHERE id = ?", (alert_id,)).fetchone()
             if row is None:
@@ -182,6 +240,7 @@ class AlertStore:
 
     def bulk_status(self, flt: AlertFilter, status: str, *, actor: str, note: str = "") -> dict[str, int]:
         """Move every match that may go to `status` there, in one transaction; the others are counted as skipped."""
+        self._open.clear()  # our own writes do not move data_version
         clauses, params = flt.where()
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         allowed_from = [s for s, targets in TRANSITIONS.items() if status in targets]
@@ -199,6 +258,7 @@ class AlertStore:
     # -- retention ----------------------------------------------------------------------------
     def delete_older_than(self, cutoff: float) -> int:
         """Delete alerts last changed before `cutoff` (epoch seconds) with their history."""
+        self._open.clear()  # our own writes do not move data_version
         with self._db.lock, self._db.conn:
             self._db.conn.execute(
                 "DELETE FROM alert_history WHERE alert_id IN (SELECT id FROM alerts WHERE updated_at < ?)", (cutoff,))
@@ -208,6 +268,7 @@ class AlertStore:
 
     def delete_oldest(self, count: int) -> int:
         """Delete the `count` least recently changed alerts, closed ones first (the storage cap)."""
+        self._open.clear()  # our own writes do not move data_version
         with self._db.lock, self._db.conn:
             ids = [r[0] for r in self._db.conn.execute(
                 "SELECT id FROM alerts ORDER BY status IN ('Resolved', 'FalsePositive') DESC, updated_at ASC LIMIT ?",
@@ -218,6 +279,7 @@ class AlertStore:
         return len(ids)
 
     def delete(self, alert_id: str) -> bool:
+        self._open.clear()  # our own writes do not move data_version
         with self._db.lock, self._db.conn:
             self._db.conn.execute("DELETE FROM alert_history WHERE alert_id = ?", (alert_id,))
             deleted = self._db.conn.execute("DELETE FROM alerts WHERE id = ?", (alert_id,)).rowcount

@@ -95,6 +95,24 @@ def test_console_layer_switches_reach_the_analysis_process(in_process: Any) -> N
     assert alerts_of(running) == [] and metrics(running)["detections_suppressed"] > 0
 
 
+def test_triage_reaches_the_analysis_process_a_resolved_alert_is_never_updated(in_process: Any) -> None:
+    """The analysis process remembers open alerts in memory; an analyst resolving one (another process's
+    write) makes it forget them, so the same tunnel afterwards opens a new alert instead of updating the
+    resolved one."""
+    running = in_process()
+    sc.stream(running.stub(), sc.iodine_tunnel())
+    [first] = alerts_of(running)
+    status, body = running.rest.post(f"/api/v1/alerts/{first['id']}/status", {"status": "Resolved", "note": "lab"})
+    assert status == 200, body
+    sc.stream(running.stub(), sc.iodine_tunnel(start_ms=sc.T0_MS + 3_600_000))
+    alerts = {a["id"]: a for a in alerts_of(running)}
+    assert len(alerts) == 2 and alerts[first["id"]]["status"] == "Resolved"
+    assert alerts[first["id"]]["detection_count"] == first["detection_count"]  # untouched after it was resolved
+    [second] = [a for a in alerts.values() if a["id"] != first["id"]]
+    assert second["status"] == "New" and second["category"] == "DnsTunneling"
+    assert metrics(running)["active_alerts"] == 1
+
+
 def test_a_new_rule_file_is_loaded_by_the_analysis_process(in_process: Any, tmp_path: Path) -> None:
     running = in_process()
     before = metrics(running)["signature_rules"]
