@@ -25,6 +25,11 @@ FORBIDDEN = [
     ("appliance/detection", "appliance.dashboard"),
     ("appliance/flows", "appliance.ingest"),
     ("appliance/flows", "appliance.rest"),
+    ("appliance/flows", "appliance.analysis"),
+    # The analysis process is fed flow records; it never reaches into ingestion or the REST layer.
+    ("appliance/analysis", "appliance.ingest"),
+    ("appliance/analysis", "appliance.rest"),
+    ("appliance/analysis", "appliance.dashboard"),
 ]
 
 KNOWN_DEBT: set[tuple[str, str]] = set()
