@@ -20,6 +20,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.analysis_config_holder import AnalysisConfigHolder
@@ -264,3 +265,46 @@ class BehaviourLayer:
             indicator=address, protocol=transport_name(flow), transport=transport_name(flow),
             evidence={**scores, "remote_port": flow.remote_port, "prevalence_agents": prevalence, "reason": reason},
             flow_ids=[flow.flow_id], first_ns=min(s for s, _ in series), last_ns=flow.last_ns, remote_ip=address)]
+
+    # -- checkpoints (cluster: an analyzer taking over a partition restores its agents' baselines) -----
+    def snapshot(self, agent_ids: set[str]) -> dict[str, dict[str, Any]]:
+        """The baselines of these agents as plain, JSON-safe data: the volume windows with their CUSUM,
+        and the connection series beaconing judges. Not included: the re-report throttle and the
+        cross-agent destination prevalence (both start empty after a takeover)."""
+        out: dict[str, dict[str, Any]] = {}
+        for agent_id in agent_ids:
+            v = self._volume.get(agent_id)
+            out[agent_id] = {"volume": None if v is None else {
+                "stats": _welford_state(v.stats), "reference": _welford_state(v.reference), "bucket": v.bucket,
+                "total": v.total, "by_remote": list(v.by_remote.items()), "flow_ids": list(v.flow_ids),
+                "cusum": v.cusum, "run_buckets": v.run_buckets, "run_first_ns": v.run_first_ns,
+                "run_max_z": v.run_max_z, "run_by_remote": list(v.run_by_remote.items())}, "series": []}
+        for (agent_id, remote_ip, remote_port), series in self._series.items():
+            if agent_id in out:
+                out[agent_id]["series"].append([remote_ip, remote_port, [list(s) for s in series]])
+        return out
+
+    def restore(self, agent_id: str, state: dict[str, Any]) -> None:
+        """Put back an agent's baselines from `snapshot` (ValueError/TypeError/KeyError when it is not one)."""
+        history = self._config.current.beaconing.history
+        volume = state["volume"]
+        if volume is not None:
+            v = _Volume(stats=_welford_from(volume["stats"]), bucket=int(volume["bucket"]), total=int(volume["total"]),
+                        by_remote={int(k): int(n) for k, n in volume["by_remote"]},
+                        flow_ids=deque((str(i) for i in volume["flow_ids"]), maxlen=20), cusum=float(volume["cusum"]),
+                        reference=_welford_from(volume["reference"]), run_buckets=int(volume["run_buckets"]),
+                        run_first_ns=int(volume["run_first_ns"]), run_max_z=float(volume["run_max_z"]),
+                        run_by_remote={int(k): int(n) for k, n in volume["run_by_remote"]})
+            self._volume[agent_id] = v
+        for remote_ip, remote_port, points in state["series"]:
+            self._series[(agent_id, int(remote_ip), int(remote_port))] = deque(
+                ((int(t), int(b)) for t, b in points), maxlen=history)
+
+
+def _welford_state(w: Welford) -> list[float]:
+    return [w.n, w.mean, w.m2, w.ema]
+
+
+def _welford_from(values: list[Any]) -> Welford:
+    n, mean, m2, ema = values
+    return Welford(int(n), float(mean), float(m2), float(ema))

@@ -36,13 +36,14 @@ class StatusReply(BaseModel):
 class AnalysisWorkerStatus(BaseModel):
     """Where analysis runs and how it fares (metrics `analysis_worker`)."""
 
-    mode: Literal["process", "thread", "off"]
+    mode: Literal["process", "thread", "off", "ingest", "manager"]  # ingest, manager: cluster roles (README, "Cluster")
     running: bool
     pid: int = 0  # the analysis process (mode process)
     restarts: int  # times the analysis process died and was started again
     flows_lost: int  # flows handed to an analysis process that died before it confirmed them
     dns_dropped: int = 0  # DNS answers and resolver events over the channel's bound
     flows_not_analysed: int = 0  # mode off: every ended flow
+    cluster: dict[str, int] = {}  # cluster roles: what this node did with Redis (README, "Cluster")
 
 
 class MetricsReply(BaseModel):
