@@ -151,7 +151,8 @@ class Cluster:
             shutil.copy(rule, self.rules / rule.name)
         self.nodes: list[Node] = []
 
-    def start(self, name: str, role: str, wait: bool = True, **cluster: Any) -> Node:
+    def start(self, name: str, role: str, wait: bool = True, sections: dict[str, Any] | None = None,
+              **cluster: Any) -> Node:
         state = self.tmp / name
         state.mkdir()
         node_id = f"{name}-node"
@@ -164,6 +165,8 @@ class Cluster:
             "metrics": {"history_interval": 1},
             "cluster": {"role": role, "redis_url": self.redis_url, "node_id": node_id, **cluster},
         }
+        for section, values in (sections or {}).items():
+            config.setdefault(section, {}).update(values)
         path = state / "config.yaml"
         path.write_text(json.dumps(config))  # JSON is YAML
         log = state / "output.log"

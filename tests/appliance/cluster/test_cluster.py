@@ -7,6 +7,7 @@ middle of the load loses no flow and analyses none twice; a batch appended twice
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -72,9 +73,11 @@ def test_a_cluster_raises_the_same_alerts_as_a_standalone_appliance(tmp_path: Pa
 
     totals = wait_for(lambda: settled(client), timeout=60)
     assert totals, redis_totals(client, PARTITIONS)
+    # The REST metrics are sampled every history_interval: wait for the samples that have it all.
+    appended = wait_for(lambda: sum(n.metrics()["analysis_worker"]["cluster"]["flows_appended"] for n in ingest)
+                        == totals["added"])
     created = sum(node.metrics()["flows_created"] for node in ingest)
-    appended = sum(node.metrics()["analysis_worker"]["cluster"]["flows_appended"] for node in ingest)
-    assert totals["added"] == appended == created == totals["analysed"]
+    assert appended and totals["added"] == created == totals["analysed"]
     assert totals.get("duplicates", 0) == 0 and totals.get("trimmed", 0) == 0
     assert all(totals.get(f"analysed:{a.node_id}", 0) > 0 for a in analyzers), totals  # both took part
 
@@ -93,3 +96,90 @@ def test_a_cluster_raises_the_same_alerts_as_a_standalone_appliance(tmp_path: Pa
     assert manager.rest.post(f"/api/v1/alerts/{first['id']}/status", {"status": "Investigating"})[0] == 200
     for node in [*ingest, *analyzers, manager]:
         assert node.stop() == 0, node.output()
+
+
+def many_flows(agent: int, flows: int) -> sc.Stream:
+    """One agent's `flows` one-packet UDP flows (distinct source ports), cheap to analyse."""
+    s = sc.Stream(f"load-agent-{agent}", sc.agent_ip(200 + agent))
+    for i in range(flows):
+        s.add(wire.udp_out(s.ip, "198.51.100.7", 10_000 + i, 9999, b"x" * 32, sc.T0_MS + i))
+    return s
+
+
+def stop_holding_pending(node: Any, client: Any, timeout: float = 30) -> int:
+    """SIGSTOP the analyzer at a moment it holds read, uncommitted entries; how many it holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        os.kill(node.proc.pid, signal.SIGSTOP)
+        held = pending(client, PARTITIONS, node.node_id)
+        if held:
+            return held
+        os.kill(node.proc.pid, signal.SIGCONT)
+        time.sleep(0.003)
+    raise AssertionError("the analyzer never held pending entries")
+
+
+@pytest.mark.slow
+def test_an_analyzer_killed_mid_load_loses_no_flow_and_analyses_none_twice(cluster: Cluster,
+                                                                          redis_server: RedisServer) -> None:
+    options = {"partitions": PARTITIONS, "lease_seconds": 2, "checkpoint_seconds": 0.5}
+    # A queue that holds the whole load: this test is about the analyzers (back-pressure has its own).
+    ingest = cluster.start("ingest", "ingest", wait=False, sections={"limits": {"analysis_queue": 100_000}}, **options)
+    victim = cluster.start("victim", "analyzer", wait=False, **options)
+    survivor = cluster.start("survivor", "analyzer", wait=False, **options)
+    for node in (ingest, victim, survivor):
+        cluster.wait_ready(node)
+    client = redis_server.client()
+    wait_for(lambda: {client.get(bus.lease_key(p)) for p in range(PARTITIONS)} == {b"victim-node", b"survivor-node"},
+             timeout=30)
+    streams = [many_flows(agent, 1000) for agent in range(16)]
+    stub = ingest.stub()
+    sent: list[int] = []
+
+    def load() -> None:
+        for s in streams:  # a stream every 0.25 s: the load lasts a few seconds
+            sent.append(sc.stream(stub, s))
+            time.sleep(0.25)
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    # The victim has analysed and checkpointed some of its agents' baselines when it dies.
+    def victim_checkpointed() -> bool:
+        mine = [p for p in range(PARTITIONS) if client.get(bus.lease_key(p)) == b"victim-node"]
+        return (redis_totals(client, PARTITIONS).get(f"analysed:{victim.node_id}", 0) > 0
+                and any(client.hlen(bus.checkpoint_key(p)) for p in mine))
+
+    assert wait_for(victim_checkpointed, timeout=60)
+    held = stop_holding_pending(victim, client)
+    assert loader.is_alive()  # mid-load: flows keep arriving while the victim dies
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    loader.join(120)
+    assert sum(sent) == sum(len(s.packets) for s in streams)
+
+    totals = wait_for(lambda: settled(client), timeout=90)
+    assert totals, (redis_totals(client, PARTITIONS), pending(client, PARTITIONS))
+    # The REST metrics are sampled every history_interval: wait for the sample that has it all.
+    metrics = wait_for(lambda: (m := ingest.metrics())["analysis_worker"]["cluster"]["flows_appended"] == totals["added"] and m)
+    assert metrics["flows_created"] == 16 * 1000 == totals["added"] and metrics["analysis_queue_dropped"] == 0
+    # Every flow analysed exactly once: the victim's commits and the survivor's add up to the flows added.
+    assert totals["analysed"] == totals["added"]
+    assert totals[f"analysed:{victim.node_id}"] + totals[f"analysed:{survivor.node_id}"] == totals["analysed"]
+    assert totals[f"analysed:{victim.node_id}"] > 0 and totals[f"analysed:{survivor.node_id}"] > 0
+    assert held > 0 and pending(client, PARTITIONS) == 0  # what the victim held was claimed and committed
+    assert totals.get("duplicates", 0) == 0
+    out = survivor.output()
+    assert "took partition" in out and "baselines restored)" in out
+    restored = [int(n) for n in re.findall(r"\((\d+) baselines restored\)", out)]
+    assert any(restored), out  # the victim's checkpoints came back with its partitions
+
+    # An ingest node's retry after a lost reply appends a batch twice: analysed once, counted as duplicates.
+    p = next(p for p in range(PARTITIONS) if client.xlen(bus.flows_key(p)))
+    entry_id, fields = client.xrange(bus.flows_key(p), count=1)[0]
+    append = client.register_script(bus.APPEND)
+    append(keys=[bus.flows_key(p), bus.counts_key(p)], args=[100_000, bus.GROUP, fields[b"k"], fields[b"d"], fields[b"n"]])
+    copies = int(fields[b"n"])
+    after = wait_for(lambda: redis_totals(client, PARTITIONS).get("duplicates", 0) == copies
+                     and pending(client, PARTITIONS) == 0 and redis_totals(client, PARTITIONS), timeout=30)
+    assert after and after["analysed"] == totals["analysed"] and after["added"] == totals["added"] + copies
+    assert survivor.stop() == 0, survivor.output()
