@@ -7,8 +7,10 @@ steady exfiltration that never crosses 3 sigma in one window adds up there. CUSU
 reference baseline, learnt only from windows that leave the sum at zero: the z-score's baseline
 learns every window, so a shift that lasts hours would become its "normal" while being measured.
 
-Baselines live in memory only and start over with the process. Beaconing looks at the start times
-of an agent's connections to one destination: it collapses bursts, folds missed beats back onto the
+Baselines live in memory and start over with the process (a cluster analyzer checkpoints them to
+Redis with `snapshot`; the next owner of the agent's partition puts them back with `restore`).
+Beaconing looks at the start times of an agent's connections to one destination: it collapses
+bursts, folds missed beats back onto the
 period (an interval of about k times the median counts as k beats), then judges the coefficient of
 variation of the intervals, backed by robust sub-scores (MAD over median, Bowley skew) and data-size
 consistency, all shown as evidence.
@@ -288,18 +290,21 @@ class BehaviourLayer:
         """Put back an agent's baselines from `snapshot` (ValueError/TypeError/KeyError when it is not one)."""
         history = self._config.current.beaconing.history
         volume = state["volume"]
+        restored: _Volume | None = None
         if volume is not None:
-            v = _Volume(stats=_welford_from(volume["stats"]), bucket=int(volume["bucket"]), total=int(volume["total"]),
-                        by_remote={int(k): int(n) for k, n in volume["by_remote"]},
-                        flow_ids=deque((str(i) for i in volume["flow_ids"]), maxlen=20), cusum=float(volume["cusum"]),
-                        reference=_welford_from(volume["reference"]), run_buckets=int(volume["run_buckets"]),
-                        run_first_ns=int(volume["run_first_ns"]), run_max_z=float(volume["run_max_z"]),
-                        run_by_remote={int(k): int(n) for k, n in volume["run_by_remote"]})
-            self._volume[agent_id] = v
-        for remote_ip, remote_port, points in state["series"]:
-            self._series[(agent_id, int(remote_ip), int(remote_port))] = deque(
-                ((int(t), int(b)) for t, b in points), maxlen=history)
-
+            restored = _Volume(
+                stats=_welford_from(volume["stats"]), bucket=int(volume["bucket"]), total=int(volume["total"]),
+                by_remote={int(k): int(n) for k, n in volume["by_remote"]},
+                flow_ids=deque((str(i) for i in volume["flow_ids"]), maxlen=20), cusum=float(volume["cusum"]),
+                reference=_welford_from(volume["reference"]), run_buckets=int(volume["run_buckets"]),
+                run_first_ns=int(volume["run_first_ns"]), run_max_z=float(volume["run_max_z"]),
+                run_by_remote={int(k): int(n) for k, n in volume["run_by_remote"]})
+        series = {(agent_id, int(remote_ip), int(remote_port)): deque(((int(t), int(b)) for t, b in points), maxlen=history)
+                  for remote_ip, remote_port, points in state["series"]}
+        # Everything parsed: only now does any of it replace what the layer holds (never half restored).
+        if restored is not None:
+            self._volume[agent_id] = restored
+        self._series.update(series)
 
 def _welford_state(w: Welford) -> list[float]:
     return [w.n, w.mean, w.m2, w.ema]
