@@ -27,8 +27,12 @@ import dataclasses
 import json
 import logging
 import math
+import os
+import signal
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,10 +67,11 @@ class Partition:
 class Analyzer:
     """One analyzer node: leases, reads, analyses, commits, checkpoints."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, on_fatal: Callable[[], None] | None = None) -> None:
         from appliance.app import build_analysis, open_stores  # the composition recipe of every analysis
 
         self.settings = settings
+        self._on_fatal = on_fatal  # called when the analyzer gives up for good
         self.cluster = settings.cluster
         self.node = self.cluster.node_id
         self.stores = open_stores(settings)
@@ -89,6 +94,7 @@ class Analyzer:
         self.partitions_released = 0
         self.baselines_restored = 0
         self.checkpoints_written = 0
+        self.fatal = ""  # why the analyzer gave up (a configuration that disagrees with the cluster's)
 
     def _on_alert(self, event: str, alert: Alert) -> None:
         self._alerts.append(json.dumps({"event": event, "alert": dataclasses.asdict(alert)}, default=str))
@@ -149,6 +155,12 @@ class Analyzer:
                     if part.claim:
                         self._reclaim(part)
                 self._read()
+            except bus.LayoutError as err:
+                log.error("cluster: %s: the analyzer stops", err)
+                self.fatal = str(err)
+                if self._on_fatal is not None:
+                    self._on_fatal()
+                return
             except (redis.RedisError, bus.ClusterError) as err:
                 log.error("cluster: Redis failed under the analyzer (%s): connecting again in %.1f s", err, self._backoff)
                 self._client = None
@@ -328,7 +340,8 @@ def run_analyzer(settings: Settings) -> int:
     from appliance.__main__ import wait_for_stop_signal
     from appliance.app import tune_garbage_collector
 
-    analyzer = Analyzer(settings)
+    # A fatal error ends the wait below as a signal would; the exit status then says it failed.
+    analyzer = Analyzer(settings, on_fatal=lambda: os.kill(os.getpid(), signal.SIGTERM))
     analyzer.start()
     tune_garbage_collector()
     print(f"appliance analyzer {analyzer.node} running on {settings.cluster.partitions} partitions "
@@ -337,4 +350,7 @@ def run_analyzer(settings: Settings) -> int:
     logging.getLogger("appliance").info("signal %d: analyzer shutting down", signum)
     analyzer.stop()
     log.info("cluster: analyzer stopped: %s", analyzer.stats())
+    if analyzer.fatal:
+        print(f"appliance analyzer: cannot run: {analyzer.fatal}", file=sys.stderr)
+        return 2
     return 0

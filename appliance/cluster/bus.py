@@ -36,6 +36,10 @@ class ClusterError(ApplianceError):
     """The cluster cannot do its job (Redis unreachable, nodes that disagree on the layout)."""
 
 
+class LayoutError(ClusterError):
+    """This node's `cluster.partitions` is not the one Redis records: a configuration error, not an outage."""
+
+
 def flows_key(p: int) -> str:
     return f"flows:{{{p}}}"
 
@@ -170,7 +174,7 @@ def agree_on_layout(client: Any, partitions: int) -> bytes:
     client.set(PARTITIONS, partitions, nx=True)
     recorded = int(client.get(PARTITIONS))
     if recorded != partitions:
-        raise ClusterError(f"cluster.partitions is {partitions} here but {recorded} in Redis: every node must use {recorded}")
+        raise LayoutError(f"cluster.partitions is {partitions} here but {recorded} in Redis: every node must use {recorded}")
     client.set(PARTITION_KEY, secrets.token_hex(32), nx=True)
     key = client.get(PARTITION_KEY)
     return bytes.fromhex(key.decode())

@@ -12,49 +12,92 @@ counted in `alerts_refused` and acknowledged (it would never parse better).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from appliance.cluster import bus
 from appliance.config import Settings
 from appliance.detection.alert import MAX_DETECTIONS_KEPT, Alert
 from appliance.detection.alert_store import AlertStore
-from appliance.model import DnsMessage, FlowRecord
+from appliance.model import Category, DnsMessage, FlowRecord, Severity
 
 log = logging.getLogger(__name__)
 
 READ_COUNT = 100
 BLOCK_MS = 500
 MAX_EVENT_BYTES = 1 << 20
-_FIELDS = {f: t for f, t in (("id", str), ("agent_id", str), ("indicator", str), ("category", str), ("severity", int),
-                               ("confidence", float), ("summary", str), ("first_ns", int), ("last_ns", int),
-                               ("detection_count", int), ("created_at", float), ("updated_at", float))}
+_NS_MAX = 253_402_300_799 * 10**9  # the end of year 9999: what the REST views can render as a date
+
+EventTime = Annotated[int, Field(ge=0, le=_NS_MAX)]
+Text = Annotated[str, Field(max_length=4096)]
+
+
+class _DetectionEvent(BaseModel):
+    """A detection as the correlator writes it into an alert (correlation.detection_view)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    id: Text = ""
+    detector: Text
+    category: Category
+    confidence: Annotated[float, Field(ge=0, le=1)]
+    severity: Text
+    evidence: dict[str, Any]
+    flow_ids: Annotated[list[Text], Field(max_length=100)] = []
+    first_ns: EventTime
+    last_ns: EventTime
+
+    @field_validator("category", mode="before")
+    @classmethod
+    def _category(cls, value: Any) -> Any:
+        return Category(value) if isinstance(value, str) else value
+
+
+class _AlertFields(BaseModel):
+    """An alert as an analyzer publishes it (dataclasses.asdict of detection.alert.Alert)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    id: Annotated[str, Field(min_length=1, max_length=64)]
+    agent_id: Text
+    indicator: Text
+    category: Text
+    severity: Annotated[int, Field(ge=min(Severity), le=max(Severity))]
+    confidence: Annotated[float, Field(ge=0, le=1)]
+    summary: Annotated[str, Field(max_length=65536)]
+    first_ns: EventTime
+    last_ns: EventTime
+    status: Text = "New"
+    detections: Annotated[list[_DetectionEvent], Field(max_length=MAX_DETECTIONS_KEPT)]
+    detection_count: Annotated[int, Field(ge=0)]
+    created_at: float
+    updated_at: float
+
+    @field_validator("created_at", "updated_at", "confidence", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class _AlertEvent(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    event: Literal["opened", "updated"]
+    alert: _AlertFields
 
 
 def parse_event(raw: bytes) -> tuple[str, Alert]:
     """(event, alert) from an alert stream entry; ValueError when it is not one."""
     if len(raw) > MAX_EVENT_BYTES:
         raise ValueError(f"alert event of {len(raw)} bytes")
-    body = json.loads(raw)
-    if not isinstance(body, dict) or body.get("event") not in ("opened", "updated") or not isinstance(body.get("alert"), dict):
-        raise ValueError("not an alert event")
-    data = body["alert"]
-    values: dict[str, Any] = {}
-    for name, kind in _FIELDS.items():
-        value = data.get(name)
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise ValueError(f"alert field {name} is not a {kind.__name__}")
-        values[name] = value
-    detections = data.get("detections")
-    if not isinstance(detections, list) or not all(isinstance(d, dict) for d in detections):
-        raise ValueError("alert detections are not a list of objects")
-    if not values["id"] or len(values["id"]) > 64:
-        raise ValueError("alert id missing or too long")
-    return body["event"], Alert(**values, detections=detections[-MAX_DETECTIONS_KEPT:])
+    try:
+        body = _AlertEvent.model_validate_json(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise ValueError(f"{'.'.join(str(p) for p in first['loc']) or 'event'}: {first['msg']}") from None
+    fields = body.alert.model_dump(exclude={"detections", "status"})
+    detections = [d.model_dump(mode="json") for d in body.alert.detections]
+    return body.event, Alert(**fields, detections=detections)
 
 
 class ManagerSink:
