@@ -233,9 +233,10 @@ class Analyzer:
     def _reclaim(self, part: Partition) -> None:
         start = "0-0"
         while True:
-            next_start, entries, deleted = self._client.xautoclaim(
+            reply = self._client.xautoclaim(
                 bus.flows_key(part.number), bus.GROUP, self.node, min_idle_time=0, start_id=start, count=READ_COUNT)
-            self.pending_trimmed += len(deleted or [])
+            next_start, entries = reply[0], reply[1]
+            self.pending_trimmed += len(reply[2]) if len(reply) > 2 else 0  # Redis 7 names the trimmed ones
             if entries:
                 self.entries_reclaimed += len(entries)
                 if not self._handle(part, entries):
