@@ -16,6 +16,9 @@
 - Checkpoints: every `cluster.checkpoint_seconds`, on giving a partition back and at shutdown, the
   baselines of the partition's agents that changed go to `ckpt:{p}` (fenced by the lease too).
 
+- Beaconing's destination prevalence (how many agents reach an address and port) is shared over
+  every analyzer through Redis (`prevalence.SharedPrevalence`).
+
 What a failover loses: the baselines' learning from flows committed after the last checkpoint, the
 correlator's open detection groups and the alerts this analyzer had open (the next owner opens a new
 alert for the same agent and indicator instead of updating), and the throttles.
@@ -37,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.cluster import bus
+from appliance.cluster.prevalence import SharedPrevalence
 from appliance.config import Settings
 from appliance.detection.alert import Alert
 from appliance.flows import record_codec
@@ -77,6 +81,8 @@ class Analyzer:
         self.stores = open_stores(settings)
         self.parts, self.pipeline = build_analysis(settings, self.stores)
         self.parts.channel.subscribe(self._on_alert)
+        self.prevalence = SharedPrevalence()  # beaconing's destination prevalence over every analyzer's agents
+        self.parts.behaviour.fleet = self.prevalence
         self._alerts: list[str] = []  # alert events raised since the last commit
         self.owned: dict[int, Partition] = {}
         self._client: Any = None
@@ -130,7 +136,7 @@ class Analyzer:
                 "commits_fenced": self.commits_fenced, "entries_refused": self.entries_refused,
                 "partitions_owned": len(self.owned), "partitions_taken": self.partitions_taken,
                 "partitions_released": self.partitions_released, "baselines_restored": self.baselines_restored,
-                "checkpoints_written": self.checkpoints_written}
+                "checkpoints_written": self.checkpoints_written, "prevalence_errors": self.prevalence.errors}
 
     # -- the loop -------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -163,7 +169,7 @@ class Analyzer:
                 return
             except (redis.RedisError, bus.ClusterError) as err:
                 log.error("cluster: Redis failed under the analyzer (%s): connecting again in %.1f s", err, self._backoff)
-                self._client = None
+                self._client = self.prevalence.client = None
                 for part in self.owned.values():
                     part.claim = True  # what was read and not committed is still pending with us
                 self._stop.wait(self._backoff)
@@ -179,7 +185,7 @@ class Analyzer:
             bus.ensure_groups(client, self.cluster.partitions)
             self._scripts = {name: client.register_script(text) for name, text in (
                 ("commit", bus.COMMIT), ("renew", bus.RENEW), ("release", bus.RELEASE), ("checkpoint", CHECKPOINT))}
-            self._client = client
+            self._client = self.prevalence.client = client
             self._backoff = BACKOFF[0]
             log.info("cluster: analyzer %s connected", self.node)
         return self._client
@@ -303,6 +309,7 @@ class Analyzer:
                     self.parts.exporter.flows(fresh)
                 self.pipeline.process_all(fresh)
                 analysed.extend(f.flow_id for f in fresh)
+        self.prevalence.flush()
         alerts, self._alerts = self._alerts, []
         result = self._scripts["commit"](
             keys=[bus.lease_key(part.number), bus.flows_key(part.number), bus.seen_key(part.number),

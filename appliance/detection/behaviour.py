@@ -22,7 +22,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.analysis_config_holder import AnalysisConfigHolder
@@ -112,13 +112,25 @@ def beacon_scores(starts: list[int], sizes: list[int], min_interval_s: float) ->
     }
 
 
+class FleetPrevalence(Protocol):
+    """Destination prevalence shared beyond this layer's agents (a cluster analyzer sees only some)."""
+
+    def visited(self, destination: tuple[int, int], agent_id: str, seen_ns: int) -> None:
+        """An agent reached this (address, port) at this event time."""
+
+    def agents(self, destination: tuple[int, int], since_ns: int) -> set[str]:
+        """The agents known to have reached it since this event time (empty when unknown)."""
+        ...
+
+
 class BehaviourLayer:
     """Volume anomaly per agent and beaconing per (agent, destination address, port)."""
 
     name = "behaviour"
 
-    def __init__(self, config: AnalysisConfigHolder) -> None:
+    def __init__(self, config: AnalysisConfigHolder, fleet: FleetPrevalence | None = None) -> None:
         self._config = config
+        self.fleet = fleet  # None: this layer sees every agent (standalone); else shared prevalence (cluster)
         self._volume: dict[str, _Volume] = {}
         self._series: dict[tuple[str, int, int], deque[tuple[int, int]]] = {}
         self._visitors: dict[tuple[int, int], dict[str, int]] = {}  # destination -> agent -> last seen ns
@@ -246,9 +258,15 @@ class BehaviourLayer:
                 self._visitors.clear()
             visitors = self._visitors[key[1:]] = {}
         visitors[flow.agent_id] = flow.last_ns
+        fleet = self.fleet
+        if fleet is not None:
+            fleet.visited(key[1:], flow.agent_id, flow.last_ns)
         if len(series) < c.min_connections:
             return []
         prevalence = self._prevalence(visitors, flow.last_ns, c.prevalence_window_s)
+        if fleet is not None and c.common_destination_agents and prevalence < c.common_destination_agents:
+            since = flow.last_ns - int(c.prevalence_window_s * _NS)
+            prevalence = len(fleet.agents(key[1:], since) | visitors.keys())
         if c.common_destination_agents and prevalence >= c.common_destination_agents:
             return []
         scores = beacon_scores([s for s, _ in series], [b for _, b in series], c.min_interval_s)

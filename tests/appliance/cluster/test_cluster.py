@@ -36,6 +36,12 @@ def alert_keys(alerts: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return sorted((a["category"], a["agent_id"], a["indicator"]) for a in alerts)
 
 
+def manager_caught_up(manager: Any, client: Any) -> bool:
+    """The manager has saved every alert event the analyzers committed (none refused, none trimmed here)."""
+    events = sum(client.xlen(bus.alerts_key(p)) for p in range(PARTITIONS))
+    return bool(events) and manager.metrics()["analysis_worker"]["cluster"]["alerts_consumed"] == events
+
+
 def settled(client: Any, partitions: int = PARTITIONS) -> dict[str, int]:
     """The counters once every appended flow is committed and nothing is pending ({} until then)."""
     totals = redis_totals(client, partitions)
@@ -73,7 +79,7 @@ def test_a_cluster_raises_the_same_alerts_as_a_standalone_appliance(tmp_path: Pa
 
     totals = wait_for(lambda: settled(client), timeout=60)
     assert totals, redis_totals(client, PARTITIONS)
-    # The REST metrics are sampled every history_interval: wait for the samples that have it all.
+    # The sender counts a batch once Redis has answered it, a moment after the counters moved: wait for it.
     appended = wait_for(lambda: sum(n.metrics()["analysis_worker"]["cluster"]["flows_appended"] for n in ingest)
                         == totals["added"])
     created = sum(node.metrics()["flows_created"] for node in ingest)
@@ -86,7 +92,8 @@ def test_a_cluster_raises_the_same_alerts_as_a_standalone_appliance(tmp_path: Pa
         assert status == 200, body
         return body["alerts"]
 
-    got = wait_for(lambda: len(manager_alerts()) >= len(expected) and manager_alerts(), timeout=30)
+    assert wait_for(lambda: manager_caught_up(manager, client), timeout=30)
+    got = manager_alerts()
     assert alert_keys(got) == expected
     worker = manager.metrics()["analysis_worker"]
     assert worker["mode"] == "manager" and worker["cluster"]["alerts_refused"] == 0
@@ -159,7 +166,7 @@ def test_an_analyzer_killed_mid_load_loses_no_flow_and_analyses_none_twice(clust
 
     totals = wait_for(lambda: settled(client), timeout=90)
     assert totals, (redis_totals(client, PARTITIONS), pending(client, PARTITIONS))
-    # The REST metrics are sampled every history_interval: wait for the sample that has it all.
+    # The sender counts a batch once Redis has answered it, a moment after the counters moved: wait for it.
     metrics = wait_for(lambda: (m := ingest.metrics())["analysis_worker"]["cluster"]["flows_appended"] == totals["added"] and m)
     assert metrics["flows_created"] == 16 * 1000 == totals["added"] and metrics["analysis_queue_dropped"] == 0
     # Every flow analysed exactly once: the victim's commits and the survivor's add up to the flows added.
@@ -183,3 +190,83 @@ def test_an_analyzer_killed_mid_load_loses_no_flow_and_analyses_none_twice(clust
                      and pending(client, PARTITIONS) == 0 and redis_totals(client, PARTITIONS), timeout=30)
     assert after and after["analysed"] == totals["analysed"] and after["added"] == totals["added"] + copies
     assert survivor.stop() == 0, survivor.output()
+
+
+def stream_in_step(nodes: list[Any], streams: list[sc.Stream], client: Any, slice_ms: int = 60_000) -> None:
+    """sc.stream_together over the cluster: one gRPC stream per agent, agents spread over the ingest nodes,
+    event time advanced in step; each slice is ingested, appended and analysed before the next is sent."""
+    import queue
+
+    stubs = [nodes[i % len(nodes)].stub() for i in range(len(streams))]
+    queues: list[queue.Queue[Any]] = [queue.Queue() for _ in streams]
+    threads = [threading.Thread(target=lambda i=i: stubs[i].StreamPacketBatches(
+        iter(queues[i].get, None), metadata=[("x-machine-id", streams[i].machine_id)]), daemon=True)
+        for i in range(len(streams))]
+    for thread in threads:
+        thread.start()
+    ordered = [s.sorted() for s in streams]
+    cursor = [0] * len(streams)
+    expected = [0] * len(nodes)
+    t, last = min(p[0].timestamp for p in ordered), max(p[-1].timestamp for p in ordered)
+
+    def handed_over() -> bool:
+        for node, packets in zip(nodes, expected):
+            m = node.metrics()
+            ended = m["flows_created"] - m["active_flows"]
+            if m["packets_received"] < packets or m["analysis_worker"]["cluster"]["flows_appended"] < ended:
+                return False
+        return True
+
+    while t <= last:
+        t += slice_ms
+        for i, packets in enumerate(ordered):
+            j = cursor[i]
+            while j < len(packets) and packets[j].timestamp < t:
+                j += 1
+            for batch in sc.batches(packets[cursor[i] : j]):
+                queues[i].put(batch)
+            expected[i % len(nodes)] += j - cursor[i]
+            cursor[i] = j
+        assert wait_for(handed_over, timeout=30, interval=0.01)
+        totals = redis_totals(client, PARTITIONS)
+        if totals.get("added"):
+            assert wait_for(lambda: settled(client), timeout=30, interval=0.01)
+    for q in queues:
+        q.put(None)
+    for thread in threads:
+        thread.join(30)
+
+
+@pytest.mark.slow
+def test_shared_infrastructure_is_told_from_a_beacon_across_analyzers(tmp_path: Path, cluster: Cluster,
+                                                                    redis_server: RedisServer,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Destination prevalence is shared: 6 of 8 office agents use a push service, spread over two analyzers
+    that each see too few of them to call it shared; the cluster still tells it from the real beacon."""
+    streams = [sc.benign_office(n, minutes=20) for n in range(8)] + [sc.beaconing()]
+    monkeypatch.delenv("SENSOR_ADMIN_TOKEN", raising=False)
+    standalone = start_detecting(tmp_path / "standalone")
+    try:
+        sc.stream_together(standalone, streams)
+        expected = alert_keys(alerts_of(standalone))
+    finally:
+        standalone.app.stop()
+    assert [(c, i) for c, _, i in expected] == [("Beaconing", sc.address_of("telemetry.beacon-example.com"))]
+
+    options = {"partitions": PARTITIONS, "lease_seconds": 2}
+    ingest = [cluster.start(f"ingest{i}", "ingest", wait=False, **options) for i in range(2)]
+    analyzers = [cluster.start(f"analyzer{i}", "analyzer", wait=False, **options) for i in range(2)]
+    manager = cluster.start("manager", "manager", wait=False, **options)
+    for node in [*ingest, *analyzers, manager]:
+        cluster.wait_ready(node)
+    client = redis_server.client()
+    wait_for(lambda: len({client.get(bus.lease_key(p)) for p in range(PARTITIONS)} - {None}) == 2, timeout=30)
+    stream_in_step(ingest, streams, client)
+    for node in ingest:  # the streams' end flushes the last flows
+        wait_for(lambda: (m := node.metrics())["active_flows"] == 0
+                 and m["analysis_worker"]["cluster"]["flows_appended"] == m["flows_created"], timeout=30)
+    assert wait_for(lambda: settled(client), timeout=30)
+    totals = redis_totals(client, PARTITIONS)
+    assert all(totals.get(f"analysed:{a.node_id}", 0) > 0 for a in analyzers), totals  # both took part
+    assert wait_for(lambda: manager_caught_up(manager, client), timeout=30)
+    assert alert_keys(manager.rest.get("/api/v1/alerts?limit=100")[1]["alerts"]) == expected
