@@ -36,6 +36,17 @@ def alert_keys(alerts: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return sorted((a["category"], a["agent_id"], a["indicator"]) for a in alerts)
 
 
+def start_full(cluster: Cluster) -> tuple[list[Any], list[Any], Any]:
+    """2 ingest nodes, 2 analyzers and a manager, started side by side."""
+    options = {"partitions": PARTITIONS, "lease_seconds": 2, "checkpoint_seconds": 1}
+    ingest = [cluster.start(f"ingest{i}", "ingest", wait=False, **options) for i in range(2)]
+    analyzers = [cluster.start(f"analyzer{i}", "analyzer", wait=False, **options) for i in range(2)]
+    manager = cluster.start("manager", "manager", wait=False, **options)
+    for node in [*ingest, *analyzers, manager]:
+        cluster.wait_ready(node)
+    return ingest, analyzers, manager
+
+
 def manager_caught_up(manager: Any, client: Any) -> bool:
     """The manager has saved every alert event the analyzers committed (none refused, none trimmed here)."""
     events = sum(client.xlen(bus.alerts_key(p)) for p in range(PARTITIONS))
@@ -64,12 +75,7 @@ def test_a_cluster_raises_the_same_alerts_as_a_standalone_appliance(tmp_path: Pa
         standalone.app.stop()
     assert len(expected) == len(streams)  # one alert per scenario, as in the scenario tests
 
-    options = {"partitions": PARTITIONS, "lease_seconds": 2, "checkpoint_seconds": 1}
-    ingest = [cluster.start(f"ingest{i}", "ingest", wait=False, **options) for i in range(2)]
-    analyzers = [cluster.start(f"analyzer{i}", "analyzer", wait=False, **options) for i in range(2)]
-    manager = cluster.start("manager", "manager", wait=False, **options)
-    for node in [*ingest, *analyzers, manager]:
-        cluster.wait_ready(node)
+    ingest, analyzers, manager = start_full(cluster)
     client = redis_server.client()
     # Both analyzers hold a share before the load: the corpus is spread over them.
     wait_for(lambda: all(client.get(bus.lease_key(p)) for p in range(PARTITIONS))
@@ -204,10 +210,7 @@ def stream_in_step(nodes: list[Any], streams: list[sc.Stream], client: Any, slic
         for i in range(len(streams))]
     for thread in threads:
         thread.start()
-    ordered = [s.sorted() for s in streams]
-    cursor = [0] * len(streams)
     expected = [0] * len(nodes)
-    t, last = min(p[0].timestamp for p in ordered), max(p[-1].timestamp for p in ordered)
 
     def handed_over() -> bool:
         for node, packets in zip(nodes, expected):
@@ -217,16 +220,11 @@ def stream_in_step(nodes: list[Any], streams: list[sc.Stream], client: Any, slic
                 return False
         return True
 
-    while t <= last:
-        t += slice_ms
-        for i, packets in enumerate(ordered):
-            j = cursor[i]
-            while j < len(packets) and packets[j].timestamp < t:
-                j += 1
-            for batch in sc.batches(packets[cursor[i] : j]):
+    for chunks in sc.time_slices(streams, slice_ms):
+        for i, chunk in enumerate(chunks):
+            for batch in sc.batches(chunk):
                 queues[i].put(batch)
-            expected[i % len(nodes)] += j - cursor[i]
-            cursor[i] = j
+            expected[i % len(nodes)] += len(chunk)
         assert wait_for(handed_over, timeout=30, interval=0.01)
         totals = redis_totals(client, PARTITIONS)
         if totals.get("added"):
@@ -253,12 +251,7 @@ def test_shared_infrastructure_is_told_from_a_beacon_across_analyzers(tmp_path: 
         standalone.app.stop()
     assert [(c, i) for c, _, i in expected] == [("Beaconing", sc.address_of("telemetry.beacon-example.com"))]
 
-    options = {"partitions": PARTITIONS, "lease_seconds": 2}
-    ingest = [cluster.start(f"ingest{i}", "ingest", wait=False, **options) for i in range(2)]
-    analyzers = [cluster.start(f"analyzer{i}", "analyzer", wait=False, **options) for i in range(2)]
-    manager = cluster.start("manager", "manager", wait=False, **options)
-    for node in [*ingest, *analyzers, manager]:
-        cluster.wait_ready(node)
+    ingest, analyzers, manager = start_full(cluster)
     client = redis_server.client()
     wait_for(lambda: len({client.get(bus.lease_key(p)) for p in range(PARTITIONS)} - {None}) == 2, timeout=30)
     stream_in_step(ingest, streams, client)
