@@ -52,6 +52,8 @@ READ_COUNT = 16  # entries per partition per read (an entry holds up to 256 flow
 BLOCK_MS = 200
 BACKOFF = (0.5, 5.0)
 
+_ALERT_FIELDS = tuple(f.name for f in dataclasses.fields(Alert))  # shallow: json.dumps walks the rest
+
 CHECKPOINT = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
@@ -83,7 +85,7 @@ class Analyzer:
         self.parts.channel.subscribe(self._on_alert)
         self.prevalence = SharedPrevalence()  # beaconing's destination prevalence over every analyzer's agents
         self.parts.behaviour.fleet = self.prevalence
-        self._alerts: list[str] = []  # alert events raised since the last commit
+        self._alerts: dict[str, tuple[str, Alert]] = {}  # alert id -> its latest event since the last commit
         self.owned: dict[int, Partition] = {}
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
@@ -103,7 +105,16 @@ class Analyzer:
         self.fatal = ""  # why the analyzer gave up (a configuration that disagrees with the cluster's)
 
     def _on_alert(self, event: str, alert: Alert) -> None:
-        self._alerts.append(json.dumps({"event": event, "alert": dataclasses.asdict(alert)}, default=str))
+        # The latest state of each alert is what the manager needs (it upserts by id): an alert updated
+        # many times in one read goes out once, "opened" if it was opened in that read.
+        earlier = self._alerts.get(alert.id)
+        self._alerts[alert.id] = (earlier[0] if earlier is not None else event, alert)
+
+    def _alert_events(self) -> list[str]:
+        events = [json.dumps({"event": event, "alert": {name: getattr(alert, name) for name in _ALERT_FIELDS}},
+                             default=str) for event, alert in self._alerts.values()]
+        self._alerts.clear()
+        return events
 
     # -- life cycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -310,7 +321,7 @@ class Analyzer:
                 self.pipeline.process_all(fresh)
                 analysed.extend(f.flow_id for f in fresh)
         self.prevalence.flush()
-        alerts, self._alerts = self._alerts, []
+        alerts = self._alert_events()
         result = self._scripts["commit"](
             keys=[bus.lease_key(part.number), bus.flows_key(part.number), bus.seen_key(part.number),
                   bus.counts_key(part.number), bus.alerts_key(part.number)],
