@@ -8,7 +8,9 @@ as finished flow records, handed over at once by the sending side in this proces
 - Redis: an ingest node's `RedisSink` appends to the partition streams of a real redis-server started
   here, and one analyzer (`python -m appliance`, `cluster.role: analyzer`, holding every partition)
   reads, dedupes, analyses and commits, timed until the partitions' counters say every flow analysed.
-Figures go to stdout and to var/bench/cluster.txt and var/bench/cluster.json.
+And one ingest node (in this process, plaintext gRPC) taking the corpus's packets with its ended flows
+going to Redis, against the same node with analysis off. Figures go to stdout and to
+var/bench/cluster.txt and var/bench/cluster.json.
 """
 
 from __future__ import annotations
@@ -130,30 +132,78 @@ def redis_round(flows: list, redis_url: str) -> float:
             analyzer.wait(60)
 
 
+def ingest_round(streams: list[tuple[str, list]], redis_url: str | None) -> float:
+    """Packets/s an ingest node takes over gRPC (plaintext, in this process) with its ended flows going to
+    Redis (`redis_url`), or with analysis off (None: the baseline), until every flow is handed over."""
+    import grpc
+    import redis
+
+    from appliance.app import build, tune_garbage_collector
+    from appliance.config import parse_settings
+    from appliance.generated import sensor_pb2, sensor_pb2_grpc
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = bench_settings(Path(tmp)).model_dump(mode="json")
+        base["grpc"]["tls"] = False
+        base["limits"]["analysis_queue"] = 1_000_000
+        if redis_url is None:
+            base["analysis"]["worker"] = "off"
+        else:
+            redis.Redis.from_url(redis_url).flushall()
+            base["cluster"].update(role="ingest", redis_url=redis_url)
+        app = build(parse_settings(base, "bench"))
+        app.start()
+        tune_garbage_collector()
+        try:
+            stub = sensor_pb2_grpc.SensorServiceStub(grpc.insecure_channel(f"127.0.0.1:{app.grpc_port}"))
+            batches = [(agent, [sensor_pb2.PacketBatch(packets=p[i : i + 500]) for i in range(0, len(p), 500)])
+                       for agent, p in streams]
+            total = sum(len(p) for _, p in streams)
+            start = time.perf_counter()
+            for agent, items in batches:
+                stub.StreamPacketBatches(iter(items), metadata=[("x-machine-id", agent)])
+            assert app.analysis.drain(120)
+            elapsed = time.perf_counter() - start
+            if redis_url is not None:
+                assert app.analysis.flows_appended == app.tracker.flows_created and app.analysis.flows_dropped == 0
+            return total / elapsed
+        finally:
+            app.stop()
+
+
 def main() -> None:
     logging.disable(logging.WARNING)
     sys.path.insert(0, str(ROOT))
     from bench.pipeline_bench import corpus, finished_flows
 
-    flows = finished_flows(corpus())
+    streams = corpus()
+    packets = sum(len(p) for _, p in streams)
+    flows = finished_flows(streams)
     local = statistics.median(local_round(flows) for _ in range(ROUNDS))
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start_redis(Path(tmp))
         try:
             over_redis = statistics.median(redis_round(flows, url) for _ in range(ROUNDS))
+            ingest = statistics.median(ingest_round(streams, url) for _ in range(ROUNDS))
+            alone = statistics.median(ingest_round(streams, None) for _ in range(ROUNDS))
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(10)
     line = (f"one analyzer, {len(flows)} flows of the pipeline corpus: through the local channel {local:,.0f} flows/s, "
             f"through Redis Streams {over_redis:,.0f} flows/s (ratio {over_redis / local:.2f}; median of {ROUNDS}; "
             f"{os.cpu_count()} cores)")
+    ingest_line = (f"one ingest node, the corpus's {packets} packets over plaintext gRPC: flows to Redis {ingest:,.0f} "
+                   f"packets/s, analysis off {alone:,.0f} packets/s (ratio {ingest / alone:.2f}; median of {ROUNDS})")
     print(line, flush=True)
+    print(ingest_line, flush=True)
     OUT.mkdir(parents=True, exist_ok=True)
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    (OUT / "cluster.txt").write_text(f"{when}\n{line}\n")
-    figures = {"measured": when, "flows": len(flows), "rounds": ROUNDS, "partitions": PARTITIONS,
+    (OUT / "cluster.txt").write_text(f"{when}\n{line}\n{ingest_line}\n")
+    figures = {"measured": when, "flows": len(flows), "packets": packets, "rounds": ROUNDS, "partitions": PARTITIONS,
                "flows_per_s": {"local_channel": round(local), "redis_streams": round(over_redis)},
-               "ratio_redis_to_local": round(over_redis / local, 3)}
+               "ratio_redis_to_local": round(over_redis / local, 3),
+               "ingest_packets_per_s": {"to_redis": round(ingest), "analysis_off": round(alone)},
+               "ratio_ingest_to_redis_vs_off": round(ingest / alone, 3)}
     (OUT / "cluster.json").write_text(json.dumps(figures, indent=1) + "\n")
 
 
