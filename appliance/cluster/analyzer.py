@@ -92,6 +92,7 @@ class Analyzer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._backoff = BACKOFF[0]
+        self._next_lease = 0.0  # monotonic time of the next lease round
         self.flows_analysed = 0
         self.duplicates_skipped = 0
         self.entries_reclaimed = 0
@@ -153,15 +154,13 @@ class Analyzer:
     def _run(self) -> None:
         import redis
 
-        lease_every = self.cluster.lease_seconds / 3
-        next_lease = next_checkpoint = 0.0
+        next_checkpoint = 0.0
         while not self._stop.is_set():
             try:
                 self._connect()
                 now = time.monotonic()
-                if now >= next_lease:
+                if now >= self._next_lease:
                     self._leases()
-                    next_lease = now + lease_every
                 if now >= next_checkpoint:
                     self._checkpoint_all()
                     next_checkpoint = now + self.cluster.checkpoint_seconds
@@ -202,19 +201,31 @@ class Analyzer:
         return self._client
 
     # -- leases ---------------------------------------------------------------------------------
-    def _leases(self) -> None:
-        client = self._client
+    def _renew_if_due(self) -> None:
+        """Renew when a round is due: called between the partitions of a long read too."""
+        if time.monotonic() >= self._next_lease:
+            self._renew()
+
+    def _renew(self) -> None:
+        """Heartbeat, and renew every lease held (a lease found lost is dropped at once)."""
+        self._next_lease = time.monotonic() + self.cluster.lease_seconds / 3
         lease_ms = int(self.cluster.lease_seconds * 1000)
         now_ms = int(time.time() * 1000)
-        client.zadd(bus.ANALYZERS, {self.node: now_ms + lease_ms})
-        client.zremrangebyscore(bus.ANALYZERS, "-inf", now_ms)
-        live = max(int(client.zcard(bus.ANALYZERS)), 1)
-        partitions = self.cluster.partitions
-        share = math.ceil(partitions / live)
+        self._client.zadd(bus.ANALYZERS, {self.node: now_ms + lease_ms})
         for p in list(self.owned):
             if not self._scripts["renew"](keys=[bus.lease_key(p)], args=[self.node, lease_ms]):
                 log.warning("cluster: lease of partition %d lost (expired or taken)", p)
                 del self.owned[p]
+
+    def _leases(self) -> None:
+        """Renew, give back what is over this analyzer's share of the live analyzers, take what is missing."""
+        client = self._client
+        self._renew()
+        lease_ms = int(self.cluster.lease_seconds * 1000)
+        client.zremrangebyscore(bus.ANALYZERS, "-inf", int(time.time() * 1000))
+        live = max(int(client.zcard(bus.ANALYZERS)), 1)
+        partitions = self.cluster.partitions
+        share = math.ceil(partitions / live)
         for p in sorted(self.owned, reverse=True)[: max(len(self.owned) - share, 0)]:
             self._release(p)
         start = int.from_bytes(self.node.encode()[-4:].rjust(4, b"\0"), "big") % partitions  # spread the first picks
@@ -254,6 +265,9 @@ class Analyzer:
                 bus.flows_key(part.number), bus.GROUP, self.node, min_idle_time=0, start_id=start, count=READ_COUNT)
             next_start, entries = reply[0], reply[1]
             self.pending_trimmed += len(reply[2]) if len(reply) > 2 else 0  # Redis 7 names the trimmed ones
+            self._renew_if_due()
+            if part.number not in self.owned:
+                return
             if entries:
                 self.entries_reclaimed += len(entries)
                 if not self._handle(part, entries):
@@ -269,6 +283,7 @@ class Analyzer:
         for name, entries in reply or []:
             key = name.decode() if isinstance(name, bytes) else name
             p = int(key[key.index("{") + 1 : key.index("}")])
+            self._renew_if_due()
             part = self.owned.get(p)
             if part is not None and entries:
                 self._handle(part, entries)
