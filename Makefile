@@ -23,6 +23,8 @@ RUN_APT_PACKAGES += ca-certificates
 TEST_APT_PACKAGES := iproute2 curl shellcheck systemd dnsmasq-base iodine ptunnel-ng openssl chromium
 # DGA evaluation and word model: the SCOWL English word list (dictionary DGA word lists, `dga_words build`).
 TEST_APT_PACKAGES += wamerican
+# The cluster's tests and bench start a real Redis (concierge.mk lists it too; `make run` never needs it).
+TEST_APT_PACKAGES += redis-server
 CONFIG ?=
 PYTEST_ARGS ?=
 # `make test FAST=1` skips the slow end-to-end tests (CI runs them all).

@@ -72,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         settings = load_settings(args.config)
+        if settings.cluster.role == "analyzer":  # no gRPC, no REST: analysis of leased partitions (appliance/cluster)
+            from appliance.cluster.analyzer import run_analyzer
+
+            return run_analyzer(settings)
         appliance = build(settings)
         appliance.start()
         tune_garbage_collector()

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from appliance import __version__
+from appliance import __version__, cluster
 from appliance.agent_registry import AgentRegistry
 from appliance.artifacts import CA_FILE, ArtifactStore
 from appliance.export import JsonLinesExporter
@@ -137,7 +137,9 @@ class Appliance:
         self.retention.start()
         servicer = SensorServicer(self.ingest, authorize=self.stream_gate)
         credentials = None
-        if s.grpc.tls:
+        if s.cluster.role == "manager":  # the manager ingests nothing: no gRPC port
+            pass
+        elif s.grpc.tls:
             credentials = grpc.ssl_server_credentials(
                 [(self.ca.server_key_path.read_bytes(), self.ca.server_cert_path.read_bytes())],
                 root_certificates=self.ca.ca_pem,
@@ -145,10 +147,11 @@ class Appliance:
             )
         else:
             log.warning("grpc.tls is false: agents stream in clear text and are not authenticated")
-        self._grpc, self.grpc_port = create_server(
-            servicer, s.grpc.listen, credentials=credentials,
-            max_workers=s.grpc.max_streams, max_message_bytes=s.grpc.max_message_bytes,
-        )
+        if s.cluster.role != "manager":
+            self._grpc, self.grpc_port = create_server(
+                servicer, s.grpc.listen, credentials=credentials,
+                max_workers=s.grpc.max_streams, max_message_bytes=s.grpc.max_message_bytes,
+            )
         host, port = split_listen(s.rest.listen)
         cert = key = None
         if s.rest.tls:
@@ -284,8 +287,10 @@ def build(settings: Settings) -> Appliance:
     detection: DetectionParts | None = None
     pipeline: AnalysisPipeline | None = None
     analysis: LocalAnalysis | AnalysisProcess | NoAnalysis
-    if settings.analysis.worker in ("process", "off"):
-        if settings.analysis.worker == "process":
+    if settings.cluster.role != "standalone" or settings.analysis.worker in ("process", "off"):
+        if settings.cluster.role != "standalone":  # ingest or manager: analysis happens elsewhere (appliance/cluster)
+            analysis = cluster.sink_for(settings, stores, on_drop=agents.analysis_dropped)
+        elif settings.analysis.worker == "process":
             # Analysis on the other core: a process of its own, started before any gRPC object exists.
             analysis = AnalysisProcess(settings, limits.analysis_queue, on_drop=agents.analysis_dropped)
             analysis.spawn()
@@ -346,7 +351,7 @@ def build(settings: Settings) -> Appliance:
         "analysis_queue_dropped": lambda: analysis.flows_dropped,
         "analysis_dropped_by_agent": lambda: dict(analysis.dropped_by_agent),
         "analysis_errors": lambda: analysis.counter("analysis_errors"),
-        "analysis_worker": lambda: analysis.status(),
+        "analysis_worker": lambda: {"cluster": {}, "frames_refused": 0, **analysis.status()},  # cluster: a cluster role's Redis counters
         "detections_generated": lambda: analysis.counter("detections_generated"),
         "detections_suppressed": lambda: analysis.counter("detections_suppressed"),
         "alerts_generated": lambda: analysis.counter("alerts_generated"),

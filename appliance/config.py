@@ -226,6 +226,30 @@ class PortCaptureSettings(_Section):
         return self
 
 
+def _default_node_id() -> str:
+    import os
+    import socket
+
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class ClusterSettings(_Section):
+    """Roles on Redis Streams when one box is outgrown (README, "Cluster"); standalone needs no Redis."""
+
+    # standalone: one box (ingest and analysis here); ingest: gRPC and flow table, flow records to Redis;
+    # analyzer: analysis of the partitions it leases; manager: alert store, REST and console fed from Redis.
+    role: Literal["standalone", "ingest", "analyzer", "manager"] = "standalone"
+    redis_url: Annotated[str, Field(pattern=r"^(redis|rediss|unix)://[^\s'\"]{1,500}$")] = "redis://127.0.0.1:6379/0"
+    # Every node must agree (the first to connect records it in Redis; a node that disagrees refuses to run).
+    partitions: Annotated[int, Field(ge=1, le=4096)] = 16
+    stream_maxlen: Annotated[int, Field(ge=1, le=100_000_000)] = 100_000  # entries per partition stream
+    lease_seconds: Annotated[float, Field(ge=1, le=600)] = 10.0
+    checkpoint_seconds: Annotated[float, Field(ge=0.5, le=3600)] = 10.0
+    # How long an analysed flow id is remembered (an ingest node's retry after a lost reply comes within seconds).
+    dedupe_seconds: Annotated[float, Field(ge=1, le=86400)] = 120.0
+    node_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9._:-]{1,128}$")] = Field(default_factory=_default_node_id)
+
+
 class Settings(_Section):
     """The whole configuration."""
 
@@ -242,6 +266,7 @@ class Settings(_Section):
     release: ReleaseSettings = ReleaseSettings()
     export: ExportSettings = ExportSettings()
     capture: PortCaptureSettings = PortCaptureSettings()
+    cluster: ClusterSettings = ClusterSettings()
 
 
 def describe_errors(err: ValidationError, source: str) -> str:

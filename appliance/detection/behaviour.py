@@ -7,8 +7,10 @@ steady exfiltration that never crosses 3 sigma in one window adds up there. CUSU
 reference baseline, learnt only from windows that leave the sum at zero: the z-score's baseline
 learns every window, so a shift that lasts hours would become its "normal" while being measured.
 
-Baselines live in memory only and start over with the process. Beaconing looks at the start times
-of an agent's connections to one destination: it collapses bursts, folds missed beats back onto the
+Baselines live in memory and start over with the process (a cluster analyzer checkpoints them to
+Redis with `snapshot`; the next owner of the agent's partition puts them back with `restore`).
+Beaconing looks at the start times of an agent's connections to one destination: it collapses
+bursts, folds missed beats back onto the
 period (an interval of about k times the median counts as k beats), then judges the coefficient of
 variation of the intervals, backed by robust sub-scores (MAD over median, Bowley skew) and data-size
 consistency, all shown as evidence.
@@ -20,6 +22,7 @@ import math
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.analysis_config_holder import AnalysisConfigHolder
@@ -109,13 +112,25 @@ def beacon_scores(starts: list[int], sizes: list[int], min_interval_s: float) ->
     }
 
 
+class FleetPrevalence(Protocol):
+    """Destination prevalence shared beyond this layer's agents (a cluster analyzer sees only some)."""
+
+    def visited(self, destination: tuple[int, int], agent_id: str, seen_ns: int) -> None:
+        """An agent reached this (address, port) at this event time."""
+
+    def agents(self, destination: tuple[int, int], since_ns: int) -> set[str]:
+        """The agents known to have reached it since this event time (empty when unknown)."""
+        ...
+
+
 class BehaviourLayer:
     """Volume anomaly per agent and beaconing per (agent, destination address, port)."""
 
     name = "behaviour"
 
-    def __init__(self, config: AnalysisConfigHolder) -> None:
+    def __init__(self, config: AnalysisConfigHolder, fleet: FleetPrevalence | None = None) -> None:
         self._config = config
+        self.fleet = fleet  # None: this layer sees every agent (standalone); else shared prevalence (cluster)
         self._volume: dict[str, _Volume] = {}
         self._series: dict[tuple[str, int, int], deque[tuple[int, int]]] = {}
         self._visitors: dict[tuple[int, int], dict[str, int]] = {}  # destination -> agent -> last seen ns
@@ -243,9 +258,15 @@ class BehaviourLayer:
                 self._visitors.clear()
             visitors = self._visitors[key[1:]] = {}
         visitors[flow.agent_id] = flow.last_ns
+        fleet = self.fleet
+        if fleet is not None:
+            fleet.visited(key[1:], flow.agent_id, flow.last_ns)
         if len(series) < c.min_connections:
             return []
         prevalence = self._prevalence(visitors, flow.last_ns, c.prevalence_window_s)
+        if fleet is not None and c.common_destination_agents and prevalence < c.common_destination_agents:
+            since = flow.last_ns - int(c.prevalence_window_s * _NS)
+            prevalence = len(fleet.agents(key[1:], since) | visitors.keys())
         if c.common_destination_agents and prevalence >= c.common_destination_agents:
             return []
         scores = beacon_scores([s for s, _ in series], [b for _, b in series], c.min_interval_s)
@@ -264,3 +285,49 @@ class BehaviourLayer:
             indicator=address, protocol=transport_name(flow), transport=transport_name(flow),
             evidence={**scores, "remote_port": flow.remote_port, "prevalence_agents": prevalence, "reason": reason},
             flow_ids=[flow.flow_id], first_ns=min(s for s, _ in series), last_ns=flow.last_ns, remote_ip=address)]
+
+    # -- checkpoints (cluster: an analyzer taking over a partition restores its agents' baselines) -----
+    def snapshot(self, agent_ids: set[str]) -> dict[str, dict[str, Any]]:
+        """The baselines of these agents as plain, JSON-safe data: the volume windows with their CUSUM,
+        and the connection series beaconing judges. Not included: the re-report throttle and the
+        cross-agent destination prevalence (both start empty after a takeover)."""
+        out: dict[str, dict[str, Any]] = {}
+        for agent_id in agent_ids:
+            v = self._volume.get(agent_id)
+            out[agent_id] = {"volume": None if v is None else {
+                "stats": _welford_state(v.stats), "reference": _welford_state(v.reference), "bucket": v.bucket,
+                "total": v.total, "by_remote": list(v.by_remote.items()), "flow_ids": list(v.flow_ids),
+                "cusum": v.cusum, "run_buckets": v.run_buckets, "run_first_ns": v.run_first_ns,
+                "run_max_z": v.run_max_z, "run_by_remote": list(v.run_by_remote.items())}, "series": []}
+        for (agent_id, remote_ip, remote_port), series in self._series.items():
+            if agent_id in out:
+                out[agent_id]["series"].append([remote_ip, remote_port, [list(s) for s in series]])
+        return out
+
+    def restore(self, agent_id: str, state: dict[str, Any]) -> None:
+        """Put back an agent's baselines from `snapshot` (ValueError/TypeError/KeyError when it is not one)."""
+        history = self._config.current.beaconing.history
+        volume = state["volume"]
+        restored: _Volume | None = None
+        if volume is not None:
+            restored = _Volume(
+                stats=_welford_from(volume["stats"]), bucket=int(volume["bucket"]), total=int(volume["total"]),
+                by_remote={int(k): int(n) for k, n in volume["by_remote"]},
+                flow_ids=deque((str(i) for i in volume["flow_ids"]), maxlen=20), cusum=float(volume["cusum"]),
+                reference=_welford_from(volume["reference"]), run_buckets=int(volume["run_buckets"]),
+                run_first_ns=int(volume["run_first_ns"]), run_max_z=float(volume["run_max_z"]),
+                run_by_remote={int(k): int(n) for k, n in volume["run_by_remote"]})
+        series = {(agent_id, int(remote_ip), int(remote_port)): deque(((int(t), int(b)) for t, b in points), maxlen=history)
+                  for remote_ip, remote_port, points in state["series"]}
+        # Everything parsed: only now does any of it replace what the layer holds (never half restored).
+        if restored is not None:
+            self._volume[agent_id] = restored
+        self._series.update(series)
+
+def _welford_state(w: Welford) -> list[float]:
+    return [w.n, w.mean, w.m2, w.ema]
+
+
+def _welford_from(values: list[Any]) -> Welford:
+    n, mean, m2, ema = values
+    return Welford(int(n), float(mean), float(m2), float(ema))

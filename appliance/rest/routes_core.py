@@ -37,7 +37,7 @@ class StatusReply(BaseModel):
 class AnalysisWorkerStatus(BaseModel):
     """Where analysis runs and how it fares (metrics `analysis_worker`)."""
 
-    mode: Literal["process", "thread", "off"]
+    mode: Literal["process", "thread", "off", "ingest", "manager"]  # ingest, manager: cluster roles (README, "Cluster")
     running: bool
     pid: int = 0  # the analysis process (mode process)
     restarts: int  # times the analysis process died and was started again
@@ -45,6 +45,7 @@ class AnalysisWorkerStatus(BaseModel):
     dns_dropped: int = 0  # DNS answers and resolver events over the channel's bound
     flows_not_analysed: int = 0  # mode off: every ended flow
     frames_refused: int = 0  # channel frames the analysis process could not read (a bug, never silent)
+    cluster: dict[str, int] = {}  # cluster roles: what this node did with Redis (README, "Cluster")
 
 
 class MetricsReply(BaseModel):

@@ -368,6 +368,24 @@ def batches(packets: Iterable[NetworkPacket], size: int = 500) -> Iterator[senso
         yield sensor_pb2.PacketBatch(packets=chunk)
 
 
+def time_slices(streams: list[Stream], slice_ms: int = 60_000) -> Iterator[list[list[NetworkPacket]]]:
+    """Each agent's packets cut into consecutive slices of event time, every agent's in step."""
+    ordered = [st.sorted() for st in streams]
+    cursor = [0] * len(streams)
+    t = min(p[0].timestamp for p in ordered if p)
+    last = max(p[-1].timestamp for p in ordered if p)
+    while t <= last:
+        t += slice_ms
+        chunks = []
+        for i, packets in enumerate(ordered):
+            j = cursor[i]
+            while j < len(packets) and packets[j].timestamp < t:
+                j += 1
+            chunks.append(packets[cursor[i] : j])
+            cursor[i] = j
+        yield chunks
+
+
 def stream_together(running: object, streams: list[Stream], slice_ms: int = 60_000) -> int:
     """Stream several agents at once, one open gRPC stream each, advancing event time in step.
 
@@ -390,21 +408,12 @@ def stream_together(running: object, streams: list[Stream], slice_ms: int = 60_0
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(streams))]
     for thread in threads:
         thread.start()
-    ordered = [st.sorted() for st in streams]
-    cursor = [0] * len(streams)
-    t = min(p[0].timestamp for p in ordered if p)
-    last = max(p[-1].timestamp for p in ordered if p)
     expected = app.ingest.packets_received
-    while t <= last:
-        t += slice_ms
-        for i, packets in enumerate(ordered):
-            j = cursor[i]
-            while j < len(packets) and packets[j].timestamp < t:
-                j += 1
-            for batch in batches(packets[cursor[i] : j]):
+    for chunks in time_slices(streams, slice_ms):
+        for i, chunk in enumerate(chunks):
+            for batch in batches(chunk):
                 queues[i].put(batch)
-            expected += j - cursor[i]
-            cursor[i] = j
+            expected += len(chunk)
         deadline = time.time() + 30
         while app.ingest.packets_received < expected and time.time() < deadline:
             time.sleep(0.002)
