@@ -11,7 +11,7 @@ import threading
 from collections import Counter, deque
 from collections.abc import Callable
 
-from appliance.model import FlowRecord
+from appliance.model import DnsMessage, FlowRecord
 
 # Flows taken from each agent's line per round: fair to within this many flows, without taking the
 # lock once per flow.
@@ -150,3 +150,34 @@ class QueueFigures:
     @property
     def dropped_by_agent(self) -> dict[str, int]:
         return self._queue.dropped_by_agent
+
+
+DNS_PENDING_MAX = 10_000  # DNS items waiting for a sender; beyond this they are dropped and counted
+
+
+class QueuedHandOff(QueueFigures):
+    """The producer side of a sink that a sender thread empties (the analysis process, the cluster's
+    Redis streams): ended flows into a FairQueue, DNS answers and resolver events into a bounded line
+    that the sender sends ahead of the flows they explain. Producers never block."""
+
+    def __init__(self, queue_size: int, on_drop: Callable[[str, int], None] | None = None) -> None:
+        self._queue = FairQueue(queue_size, on_drop)
+        self._dns: deque[tuple[str, DnsMessage, bool]] = deque()
+        self.dns_dropped = 0
+
+    def submit_many(self, flows: list[FlowRecord]) -> None:
+        self._queue.put_many(flows)
+
+    def observe_answer(self, agent_id: str, message: DnsMessage) -> None:
+        self._put_dns((agent_id, message, False))
+
+    def observe_dns(self, agent_id: str, message: DnsMessage) -> None:
+        self._put_dns((agent_id, message, True))
+
+    def _put_dns(self, item: tuple[str, DnsMessage, bool]) -> None:
+        with self._queue.cond:
+            if len(self._dns) >= DNS_PENDING_MAX:
+                self.dns_dropped += 1
+                return
+            self._dns.append(item)
+            self._queue.cond.notify_all()

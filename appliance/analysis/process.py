@@ -32,35 +32,31 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from typing import Any
 
 from appliance.analysis.channel import CONTROL, DNS, FLOWS, STATS, Channel, ChannelClosed
-from appliance.analysis.fair_queue import FairQueue, QueueFigures
+from appliance.analysis.fair_queue import QueuedHandOff
 from appliance.config import Settings
 from appliance.flows import record_codec
-from appliance.model import DnsMessage, FlowRecord
 
 log = logging.getLogger(__name__)
 
 # Flows per batch on the channel: large enough that framing and waking the other side are noise,
 # small enough that a batch in flight (lost if the process dies) stays small.
 BATCH_FLOWS = 256
-DNS_PENDING_MAX = 10_000  # DNS items waiting for the sender; beyond this they are dropped and counted
 RESTART_BACKOFF = (0.5, 10.0)  # first and longest wait before starting a dead analysis process again
 START_TIMEOUT = 120.0  # a process that has not said it is ready by then is killed and started again
 
 
-class AnalysisProcess(QueueFigures):
+class AnalysisProcess(QueuedHandOff):
     """Flows, DNS answers and resolver events to the analysis process; its counters back."""
 
     mode = "process"
 
     def __init__(self, settings: Settings, queue_size: int, on_drop: Any = None, batch_flows: int = BATCH_FLOWS) -> None:
+        super().__init__(queue_size, on_drop)
         self._settings_json = settings.model_dump_json()
-        self._queue = FairQueue(queue_size, on_drop)
         self._batch = batch_flows
-        self._dns: deque[tuple[str, DnsMessage, bool]] = deque()
         self._cond = threading.Condition()  # guards the fields below and wakes the sender
         self._proc: subprocess.Popen[bytes] | None = None
         self._channel: Channel | None = None
@@ -77,27 +73,9 @@ class AnalysisProcess(QueueFigures):
         self._sent_flows = 0  # flows handed to the running process
         self.restarts = 0
         self.flows_lost = 0  # flows a dying process held (sent, never analysed)
-        self.dns_dropped = 0
         self._backoff = RESTART_BACKOFF[0]
 
     # -- producers (the tracker, the gRPC streams: never block) ------------------------------------
-    def submit_many(self, flows: list[FlowRecord]) -> None:
-        self._queue.put_many(flows)
-
-    def observe_answer(self, agent_id: str, message: DnsMessage) -> None:
-        self._put_dns((agent_id, message, False))
-
-    def observe_dns(self, agent_id: str, message: DnsMessage) -> None:
-        self._put_dns((agent_id, message, True))
-
-    def _put_dns(self, item: tuple[str, DnsMessage, bool]) -> None:
-        with self._queue.cond:
-            if len(self._dns) >= DNS_PENDING_MAX:
-                self.dns_dropped += 1
-                return
-            self._dns.append(item)
-            self._queue.cond.notify_all()
-
     def reload(self) -> None:
         """The analysis config, exclusions or console settings changed in SQLite: have them read again."""
         with self._queue.cond:

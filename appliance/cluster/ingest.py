@@ -18,36 +18,34 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from appliance.analysis.fair_queue import FairQueue
+from appliance.analysis.fair_queue import QueuedHandOff
 from appliance.cluster import bus
 from appliance.config import Settings
 from appliance.flows import record_codec
-from appliance.model import DnsMessage, FlowRecord
+from appliance.model import FlowRecord
 
 log = logging.getLogger(__name__)
 
 BATCH_FLOWS = 256  # flows taken from the queue per round (split by partition into entries)
-DNS_PENDING_MAX = 10_000
 BACKOFF = (0.5, 5.0)  # first and longest wait before connecting again after Redis went away
 COUNTS_EVERY = 2.0  # seconds between reads of the partitions' counters (trimmed flows) while idle
 
 
-class RedisSink:
+class RedisSink(QueuedHandOff):
     """Flows, DNS answers and resolver events to the partition streams; counted when Redis is away."""
 
     mode = "ingest"
 
     def __init__(self, settings: Settings, queue_size: int, on_drop: Callable[[str, int], None] | None = None,
                  batch_flows: int = BATCH_FLOWS) -> None:
+        super().__init__(queue_size, on_drop)
         self._cluster = settings.cluster
-        self._queue = FairQueue(queue_size, on_drop)
         self._on_drop = on_drop
         self._batch = batch_flows
-        self._dns: deque[tuple[str, DnsMessage, bool]] = deque()
         self._client: Any = None
         self._append: Any = None
         self._partition: bus.PartitionMap | None = None
@@ -61,28 +59,10 @@ class RedisSink:
         self.entries_appended = 0
         self.flows_dropped_redis = 0  # flows Redis never took (unreachable, or refused the layout)
         self.dropped_redis_by_agent: Counter[str] = Counter()
-        self.dns_dropped = 0
         self.resends = 0  # batches sent again after a connection broke under them
         self.reconnects = 0
 
     # -- producers (the tracker, the gRPC streams: never block) ------------------------------------
-    def submit_many(self, flows: list[FlowRecord]) -> None:
-        self._queue.put_many(flows)
-
-    def observe_answer(self, agent_id: str, message: DnsMessage) -> None:
-        self._put_dns((agent_id, message, False))
-
-    def observe_dns(self, agent_id: str, message: DnsMessage) -> None:
-        self._put_dns((agent_id, message, True))
-
-    def _put_dns(self, item: tuple[str, DnsMessage, bool]) -> None:
-        with self._queue.cond:
-            if len(self._dns) >= DNS_PENDING_MAX:
-                self.dns_dropped += 1
-                return
-            self._dns.append(item)
-            self._queue.cond.notify_all()
-
     def reload(self) -> None:
         """Nothing to reload here: the analyzers read their own analysis config."""
 

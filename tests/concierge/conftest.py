@@ -20,6 +20,7 @@ import requests
 from concierge.app import Concierge, build
 from concierge.pms import SimulatedPms
 from concierge.settings import Settings
+from tests.polling import free_port, wait_port
 
 PASSWORD = "correct horse battery"
 ROLES = ("guest", "staff", "manager", "admin", "owner")
@@ -213,21 +214,6 @@ class SseClient:
         self.conn.close()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port}")
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.concierge.conftest import PASSWORD, Client, Hotel, SseClient, free_port, make_hotel, wait_port
+from tests.concierge.conftest import PASSWORD, Client, Hotel, SseClient, make_hotel
+from tests.polling import free_port, wait_port
 from tests.polling import wait_for
 
 SITE = Path(__file__).resolve().parents[2] / "packaging" / "nginx" / "concierge.conf"

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -27,27 +26,13 @@ from appliance.generated import sensor_pb2_grpc
 from appliance.pki import CertificateAuthority, default_server_names
 from tests.appliance.detection.conftest import RULES
 from tests.conftest import Rest
+from tests.polling import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parents[3]
 TOKEN = "cluster-test-admin-token-0123456789"
 SERVER_NAMES = ["localhost", "127.0.0.1"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port}")
 
 
 class RedisServer:
