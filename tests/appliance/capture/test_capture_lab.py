@@ -260,8 +260,11 @@ def test_kernel_drops_are_counted_when_the_capture_falls_behind(lab: Lab, tmp_pa
         captured = after["protocolStats"]["UDP"] - before["protocolStats"]["UDP"]
         dropped = after["droppedCount"] - before["droppedCount"]
         assert dropped > 0 and captured > 0, after
-        # Every datagram sent is either captured or counted as dropped by the kernel (nothing else talks).
-        assert captured + dropped == burst["sent"] == 20000, (captured, dropped)
+        # Every datagram sent is either captured or counted as dropped by the kernel. The kernel's count is of
+        # frames, not of UDP datagrams: a neighbour (ARP) exchange during the burst may be dropped and counted
+        # too (one extra frame was seen once in 2026-11-23 runs), so a few frames above the burst are allowed.
+        assert burst["sent"] == 20000
+        assert 20000 <= captured + dropped <= 20000 + 4, (captured, dropped)
         assert after["status"] == "running" and after["restarts"] == 0
     finally:
         running.app.stop()
