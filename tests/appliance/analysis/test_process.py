@@ -184,10 +184,13 @@ def test_a_full_queue_drops_and_counts_per_agent_without_blocking_streams(in_pro
 def test_sigterm_analyses_every_open_flow_before_the_entry_point_exits(tmp_path: Path) -> None:
     """`python -m appliance` (analysis process, the default): flows still open at SIGTERM are flushed
     through the analysis process and their alert is in SQLite when the server has exited."""
+    import json
     import queue
     import re
     import sqlite3
+    import ssl
     import subprocess
+    import urllib.request
 
     import grpc
 
@@ -219,7 +222,17 @@ paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_di
         stub = sensor_pb2_grpc.SensorServiceStub(channel)
         call = stub.StreamPacketBatches.future(held_open(), metadata=[("x-machine-id", tunnel.machine_id)])
         assert sent.wait(30)
-        time.sleep(0.5)  # the last batch is read by the server
+        rest = int(re.search(r"https://localhost:(\d+)/", shown["REST API"]).group(1))
+        token = (tmp_path / "state" / "admin.token").read_text().strip()
+        context = ssl.create_default_context(cafile=str(tmp_path / "certs" / "ca.pem"))
+
+        def received() -> int:
+            request = urllib.request.Request(f"https://localhost:{rest}/api/v1/metrics",
+                                             headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(request, context=context, timeout=10) as reply:
+                return int(json.load(reply)["packets_received"])
+
+        wait_for(lambda: received() == len(tunnel.packets), what="the server to read every packet")
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
         assert children, "no analysis process under the server"
         proc.send_signal(signal.SIGTERM)
