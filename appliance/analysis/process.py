@@ -247,10 +247,16 @@ class AnalysisProcess(QueuedHandOff):
             if channel is None or proc is None:
                 return
             started = time.monotonic()
+            # A process that says nothing for START_TIMEOUT after it was started is hung: the timed-out
+            # read ends the channel like a death, and _restart kills it. Once it is ready, reads wait for ever
+            # (the timeout is the socket's, so it is lifted before the sender writes anything).
+            channel.sock.settimeout(START_TIMEOUT)
             try:
                 while True:
                     kind, payload = channel.recv()
                     if kind == STATS:
+                        if not self._ready:
+                            channel.sock.settimeout(None)
                         self._take_stats(payload)
             except ChannelClosed:
                 pass
@@ -273,6 +279,9 @@ class AnalysisProcess(QueuedHandOff):
             self._cond.notify_all()
 
     def _restart(self, proc: subprocess.Popen[bytes], channel: Channel, generation: int, started: float) -> None:
+        if not self._ready and proc.poll() is None:
+            log.error("analysis process pid=%d did not become ready within %.0f s: killed", proc.pid, START_TIMEOUT)
+            proc.kill()
         try:
             code = proc.wait(10)
         except subprocess.TimeoutExpired:

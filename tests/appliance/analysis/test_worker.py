@@ -81,3 +81,35 @@ def test_sigterm_is_ignored_and_the_end_of_the_channel_ends_the_process(worker: 
     assert drained(channel, 2)["flows_received"] > 0  # still analysing after SIGTERM
     channel.close()
     assert proc.wait(20) == 0
+
+
+def test_an_analysis_process_that_never_becomes_ready_is_killed_and_started_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server side (AnalysisProcess): a child hung before saying it is ready (stopped here) is killed
+    after START_TIMEOUT, counted as a restart, and the next one serves."""
+    import os
+    import time
+
+    from appliance.analysis import process
+    from appliance.config import parse_settings
+
+    monkeypatch.setattr(process, "START_TIMEOUT", 2.0)
+    (tmp_path / "state").mkdir()
+    settings = parse_settings({"paths": {"state_dir": str(tmp_path / "state"), "certs_dir": str(tmp_path / "certs"),
+                                         "static_dir": str(tmp_path / "static"), "signatures_dir": str(ROOT / "rules")}})
+    analysis = process.AnalysisProcess(settings, 100)
+    analysis.spawn()
+    hung = analysis.status()["pid"]
+    os.kill(hung, signal.SIGSTOP)  # before it could import anything, let alone report
+    analysis.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not (analysis.status()["running"] and analysis.restarts == 1) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status = analysis.status()
+        assert status["running"] and status["restarts"] == 1 and status["pid"] != hung
+        assert not Path(f"/proc/{hung}").exists()  # killed and reaped
+        analysis.submit_many(flows_of(sc.iodine_tunnel(seconds=30)))
+        assert analysis.drain(30) and analysis.counter("alerts_generated") == 1
+    finally:
+        analysis.stop()
