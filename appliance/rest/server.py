@@ -199,6 +199,7 @@ class HttpServer:
             except _Refused as refused:
                 self.counters[refused.reason] += 1
                 await self._send_error(conn, writer, refused.status, refused.reason, str(refused))
+                await _linger(reader)
                 return
             first = False
             environ = self._environ(request, body, peer)
@@ -369,6 +370,33 @@ class HttpServer:
             await asyncio.wait_for(writer.drain(), self._limits.write_timeout)
         except (asyncio.TimeoutError, ConnectionError, OSError):
             pass
+
+
+LINGER_SECONDS = 1.0  # after a refusal, how long what the client still sends is read and discarded
+LINGER_BYTES = 64 << 10
+
+
+async def _linger(reader: asyncio.StreamReader) -> None:
+    """Read and discard what a refused client still sends, briefly, before the connection closes.
+
+    Closing a socket with unread input (or input arriving after the close) makes the kernel answer with
+    a reset, which can reach the client before it has read the refusal: a slow client dripping its
+    request would see a reset instead of its 408. Apache calls this a lingering close. Bounded in time
+    and bytes, so a refused client holds its connection at most LINGER_SECONDS longer.
+    """
+    deadline = asyncio.get_running_loop().time() + LINGER_SECONDS
+    taken = 0
+    try:
+        while taken < LINGER_BYTES:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            chunk = await asyncio.wait_for(reader.read(4096), left)
+            if not chunk:
+                return
+            taken += len(chunk)
+    except (asyncio.TimeoutError, ConnectionError, OSError, ssl.SSLError):
+        return
 
 
 def _call_app(app: WsgiApp, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], Iterator[bytes]]:
