@@ -7,12 +7,14 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
 from agents.attribution import SocketOwners
 from agents.model import OUTBOUND, CapturedPacket, ProcessEvent, ip_int
 from agents.processes import ProcessWatcher
+from tests.polling import wait_for
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux /proc")
 
@@ -44,6 +46,10 @@ def test_process_start_and_exit_are_reported() -> None:
     watcher.scan(report=False)  # baseline
     child = subprocess.Popen(["sleep", "30"])
     try:
+        # Popen returns once exec began; /proc/<pid>/cmdline can still read empty for a moment under load
+        # (seen once in a full run). The watcher reports what /proc says when it scans: scan once it says it.
+        cmdline = Path(f"/proc/{child.pid}/cmdline")
+        assert wait_for(lambda: cmdline.read_bytes() == b"sleep\x0030\x00", 5)
         watcher.scan()
         started = [e for e in events.items if e.pid == child.pid]
         assert [(e.kind, e.name, e.ppid) for e in started] == [("start", "sleep", os.getpid())]
