@@ -21,6 +21,7 @@ from appliance.export import JsonLinesExporter
 from appliance.enrollment import EnrollmentService, EnrollmentStore, StreamGate, default_endpoints
 from appliance.config import Settings, split_listen
 from appliance.flows.finished import FinishedFlows
+from appliance.flows.record_codec import EndedFlow
 from appliance.flows.tracker import FlowLimits, FlowTimeouts, FlowTracker
 from appliance.ingest.convert import ConvertLimits, PacketConverter
 from appliance.ingest.service import IngestService
@@ -316,7 +317,7 @@ def build(settings: Settings) -> Appliance:
 
     console_settings.on_change(apply_retention)
 
-    def on_expire(flows: list[FlowRecord]) -> None:
+    def on_expire(flows: list[EndedFlow]) -> None:
         finished.extend(flows)
         analysis.submit_many(flows)
 
@@ -328,8 +329,9 @@ def build(settings: Settings) -> Appliance:
         FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow,
                    max_flows_per_agent=limits.max_flows_per_agent),
         on_dns_response=analysis.observe_answer, reader=converter.wire,
-        # Analysed in this process: samples expanded as flows end. Else they leave as the C table wrote them.
-        samples_as_wire=analysis.mode != "thread",
+        # Analysed in this process: ended flows are FlowRecords, samples expanded. Else they leave as the C
+        # table wrote them (a flow Python never held, as a whole record in the contract's encoding).
+        ended_as_wire=analysis.mode != "thread",
     )
     ingest = IngestService(converter, tracker, agents, on_dns_event=analysis.observe_dns,
                            max_streams_per_agent=settings.grpc.max_streams_per_agent)

@@ -5,17 +5,22 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+from appliance.flows.record_codec import EndedFlow, record_of
 from appliance.model import FlowRecord
 
 
 class FinishedFlows:
-    """Keeps the last `size` finished flows in memory (flows are never persisted)."""
+    """Keeps the last `size` finished flows in memory (flows are never persisted).
+
+    Flows are kept as the table handed them over (a WireFlow stays encoded) and decoded when asked for:
+    the ring takes every ended flow, the API reads a few.
+    """
 
     def __init__(self, size: int) -> None:
-        self._ring: deque[FlowRecord] = deque(maxlen=size)
+        self._ring: deque[EndedFlow] = deque(maxlen=size)
         self._lock = threading.Lock()
 
-    def extend(self, flows: list[FlowRecord]) -> None:
+    def extend(self, flows: list[EndedFlow]) -> None:
         with self._lock:  # retention rebuilds the ring under the lock
             self._ring.extend(flows)
 
@@ -25,7 +30,7 @@ class FinishedFlows:
         out = []
         for flow in reversed(items):
             if agent_id is None or flow.agent_id == agent_id:
-                out.append(flow)
+                out.append(record_of(flow))
                 if len(out) >= limit:
                     break
         return out
@@ -35,7 +40,7 @@ class FinishedFlows:
             items = list(self._ring)
         for flow in reversed(items):
             if flow.flow_id == flow_id:
-                return flow
+                return record_of(flow)
         return None
 
     def drop_older_than(self, cutoff_ns: int) -> int:

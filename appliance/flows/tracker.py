@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from appliance.flows.packets import RawPacket, dns_message, expand
-from appliance.flows.record_codec import expand_samples, expanded
+from appliance.flows.record_codec import EndedFlow, expand_samples, expanded
 from appliance.model import DnsMessage, FlowRecord, Transport
 from appliance.native.fastpath import FlowTable, WireReader
 
@@ -103,19 +103,21 @@ PROCESS_PREFIX = secrets.token_hex(4)
 
 
 class FlowIds:
-    """Allocates flow record ids: 20 hex characters, `prefix` (8) then a counter (12), never reused.
+    """Flow record ids: 20 hex characters, `prefix` (8) then a counter (12), never reused.
 
     Detections keep the ids of their flows in SQLite, so ids must not repeat after a restart: the
-    default prefix is random per process (`PROCESS_PREFIX`), the counter orders ids within it. Trackers fed the same packets allocate the same ids (the differential tests rely
-    on that); one process runs one tracker.
+    default prefix is random per process (`PROCESS_PREFIX`), the counter orders ids within it. Trackers
+    fed the same packets allocate the same ids (the differential tests rely on that); one process runs
+    one tracker. A FlowTracker takes the prefix and counts in C (a flow that only C touches has no Python
+    object until it ends); calling a FlowIds allocates the same sequence in Python.
     """
 
     def __init__(self, prefix: str | None = None) -> None:
-        self._prefix = PROCESS_PREFIX if prefix is None else prefix
+        self.prefix = PROCESS_PREFIX if prefix is None else prefix
         self._counter = itertools.count(1)
 
     def __call__(self) -> str:
-        return f"{self._prefix}{next(self._counter):012x}"
+        return f"{self.prefix}{next(self._counter):012x}"
 
 
 def community_id(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) -> str:
@@ -124,6 +126,8 @@ def community_id(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) 
 
 
 _TRANSPORTS = {6: Transport.TCP, 17: Transport.UDP, 1: Transport.ICMP}
+# FlowRecord.transport of every IP protocol number, as the C table builds records.
+_TRANSPORT_OF_PROTOCOL = tuple(_TRANSPORTS.get(p, Transport.OTHER) for p in range(256))
 
 
 class FlowTracker:
@@ -136,24 +140,26 @@ class FlowTracker:
     `reader` is the wire reader `add_wire` parses with (ingest's, which counts what it rejects);
     a tracker built without one is fed parsed packets only (`add_packets`).
 
-    The payload samples of flows that are not DNS are kept by C as flow record contract bytes
-    (`FlowRecord.sample_wire`). With `samples_as_wire` ended flows leave with them as they are (the
-    analysis process reads them there); without, they are expanded into `samples` before
-    `on_expire` sees them. `snapshot` and `find` always return records with every sample expanded.
+    A flow's FlowRecord is made only when Python needs it (a snapshot, find, a kept DNS or ICMP packet,
+    its end); the payload samples of flows that are not DNS are kept by C as flow record contract bytes
+    (`FlowRecord.sample_wire`). With `ended_as_wire` (analysis in another process or on another box) a
+    flow Python never held ends as a `WireFlow`, its record already in the contract's encoding, and a
+    record ends with its samples as C wrote them; without, every ended flow is a FlowRecord with its
+    samples expanded before `on_expire` sees it. `snapshot` and `find` always return records with every
+    sample expanded.
     """
 
     def __init__(
         self,
-        on_expire: Callable[[list[FlowRecord]], None],
+        on_expire: Callable[[list[EndedFlow]], None],
         timeouts: FlowTimeouts | None = None,
         limits: FlowLimits | None = None,
         on_dns_response: Callable[[str, DnsMessage], None] | None = None,
         flow_ids: FlowIds | None = None,
         reader: WireReader | None = None,
-        samples_as_wire: bool = False,
+        ended_as_wire: bool = False,
     ) -> None:
         self._on_expire = on_expire
-        self._next_id = flow_ids or FlowIds()
         # DNS answers are wanted as they arrive (the resolver cache must know a name was resolved
         # before the connection to its address is analysed); they come from the one parse here.
         self._on_dns_response = on_dns_response
@@ -162,26 +168,15 @@ class FlowTracker:
         idle = self.timeouts.idle_ns()
         self._table = FlowTable(
             tuple(idle[c] for c in CLASSES), int(self.timeouts.active * _NS), int(self.timeouts.dns_active * _NS),
-            self.limits.max_flows, self.limits.samples_per_flow, self._new_record, self._keep,
+            self.limits.max_flows, self.limits.samples_per_flow, FlowRecord, self._keep,
             max_flows_per_agent=self.limits.max_flows_per_agent, reader=reader, sample_bytes=self.limits.sample_bytes,
+            transports=_TRANSPORT_OF_PROTOCOL, id_prefix=(flow_ids or FlowIds()).prefix, ended_as_wire=ended_as_wire,
         )
-        self._samples_as_wire = samples_as_wire
+        self._ended_as_wire = ended_as_wire
         self._sample_bytes = self.limits.sample_bytes
         self._dns_cap = self.limits.dns_per_flow
         self._answers: list[tuple[str, DnsMessage]] = []  # DNS responses of the call under way
-        # The live records by id, for REST look-ups that must not scan the table under the lock.
-        self._live: dict[str, FlowRecord] = {}
         self.lock = threading.Lock()
-
-    def _new_record(self, agent_id: str, protocol: int, local_ip: int, local_port: int, remote_ip: int,
-                    remote_port: int, ts: int) -> FlowRecord:
-        """The record of a new flow (called from C on a flow's first packet), under its own id."""
-        record = FlowRecord(
-            self._next_id(), agent_id, protocol, _TRANSPORTS.get(protocol, Transport.OTHER),
-            local_ip, local_port, remote_ip, remote_port, ts, ts,
-        )
-        self._live[record.flow_id] = record
-        return record
 
     def _keep(self, flow: FlowRecord, raw: RawPacket, sample: bool, is_dns: bool) -> bool:
         """Store a packet the flow keeps (a payload sample, a DNS message); True when a DNS flow is full.
@@ -215,7 +210,7 @@ class FlowTracker:
         Answers first: the resolver must know a name before the connections to its address are analysed.
         """
         answers: list[tuple[str, DnsMessage]] = []
-        ended: list[FlowRecord] = []
+        ended: list[EndedFlow] = []
         try:
             with self.lock:
                 try:
@@ -223,9 +218,8 @@ class FlowTracker:
                 finally:
                     ended = self._table.take_ended()
                     answers, self._answers = self._answers, []
-                    for record in ended:
-                        del self._live[record.flow_id]
-                        if not self._samples_as_wire:
+                    if not self._ended_as_wire:
+                        for record in ended:
                             expand_samples(record)
         finally:
             try:
@@ -320,7 +314,7 @@ class FlowTracker:
             return self._table.snapshot_visited
 
     def find(self, wanted_id: str) -> FlowRecord | None:
-        """The live flow of that id, its counters current (a dict look-up and one hash chain)."""
+        """The live flow of that id, its counters current (one chain of the table's id index)."""
         with self.lock:
-            record = self._live.get(wanted_id)
-            return expanded(record) if record is not None and self._table.refresh(record) else None
+            record = self._table.find(wanted_id)
+            return expanded(record) if record is not None else None

@@ -24,6 +24,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -555,6 +556,45 @@ static PyTypeObject WireReaderType = {
 };
 
 /* ------------------------------------------------------------------------------------------ */
+/* WireFlow: an ended flow as flow record contract bytes                                       */
+
+/* A flow that ended without Python ever holding it, as the analysis process and the cluster bus take it:
+ * `entry` is one FlowRecordBatch.records entry (tag, length, FlowRecord message), so a batch is the version
+ * field followed by entries, joined. The three other attributes are what the hand-off reads before that
+ * (fairness per agent, the REST ring of finished flows). Holds no containers: not tracked by the collector. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *agent_id, *flow_id, *entry;
+    long long last_ns;
+} WireFlow;
+
+static void wireflow_dealloc(WireFlow *self)
+{
+    Py_XDECREF(self->agent_id);
+    Py_XDECREF(self->flow_id);
+    Py_XDECREF(self->entry);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef wireflow_members[] = {
+    {"agent_id", T_OBJECT_EX, offsetof(WireFlow, agent_id), READONLY, NULL},
+    {"flow_id", T_OBJECT_EX, offsetof(WireFlow, flow_id), READONLY, NULL},
+    {"entry", T_OBJECT_EX, offsetof(WireFlow, entry), READONLY, "a FlowRecordBatch.records entry (tag, length, record)"},
+    {"last_ns", T_LONGLONG, offsetof(WireFlow, last_ns), READONLY, NULL},
+    {NULL},
+};
+
+static PyTypeObject WireFlowType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "appliance.native.fastpath.WireFlow",
+    .tp_basicsize = sizeof(WireFlow),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An ended flow as flow record contract bytes (made by FlowTable with ended_as_wire)",
+    .tp_dealloc = (destructor)wireflow_dealloc,
+    .tp_members = wireflow_members,
+};
+
+/* ------------------------------------------------------------------------------------------ */
 /* FlowTable                                                                                   */
 
 #define FIN_OUT 1
@@ -575,7 +615,11 @@ typedef struct Flow {
     uint64_t packets_out, packets_in, bytes_out, bytes_in, payload_out, payload_in;
     uint32_t flags, pid, samples;
     PyObject *name;   /* owned; NULL until a packet names the process */
-    PyObject *record; /* owned FlowRecord */
+    /* owned FlowRecord; NULL until something in Python needs it (a snapshot, find, a kept DNS or ICMP packet,
+     * the flow's end): a flow that only C touches costs no Python object until it ends. */
+    PyObject *record;
+    uint64_t number;     /* the counter part of the flow id: unique in the table, never reused */
+    struct Flow *inext;  /* chain of the id index */
     /* The payload samples of a flow that is not DNS, kept here as FlowRecord.samples entries of
      * proto/flow_record.proto (written into the record as `sample_wire`): no Python object per packet. */
     uint8_t *sw;
@@ -605,6 +649,12 @@ typedef struct {
     uint32_t samples_cap;
     Py_ssize_t sample_bytes; /* bytes kept of each sample's payload */
     PyObject *factory, *keep, *ended;
+    PyObject *transports; /* tuple indexed by IP protocol: FlowRecord.transport of each */
+    Flow **ids;           /* id index: flows by `number` (same size as `buckets`), for find() */
+    char prefix[33];      /* flow ids are prefix + number as 12+ lowercase hex digits */
+    size_t prefix_len;
+    uint64_t next_number;
+    int ended_as_wire; /* flows Python never held end as WireFlow, not FlowRecord */
     WireReader *reader; /* owned, for the table's life; what add_wire parses with (NULL: add_packets only) */
     uint64_t touches;   /* packets accounted so far: every flow's `touched` comes from it */
     Py_ssize_t snapshot_visited; /* flows the last snapshot looked at (a check for tests) */
@@ -670,6 +720,12 @@ static int table_grow(FlowTable *t)
         PyErr_NoMemory();
         return -1;
     }
+    Flow **ids = PyMem_Calloc(n, sizeof(Flow *));
+    if (ids == NULL) {
+        PyMem_Free(buckets);
+        PyErr_NoMemory();
+        return -1;
+    }
     for (size_t i = 0; i <= t->mask; i++) {
         Flow *f = t->buckets[i];
         while (f) {
@@ -679,9 +735,19 @@ static int table_grow(FlowTable *t)
             buckets[j] = f;
             f = next;
         }
+        f = t->ids[i];
+        while (f) {
+            Flow *next = f->inext;
+            size_t j = f->number & (n - 1);
+            f->inext = ids[j];
+            ids[j] = f;
+            f = next;
+        }
     }
     PyMem_Free(t->buckets);
+    PyMem_Free(t->ids);
     t->buckets = buckets;
+    t->ids = ids;
     t->mask = n - 1;
     return 0;
 }
@@ -716,6 +782,11 @@ static void hash_remove(FlowTable *t, Flow *f)
     while (*slot != f)
         slot = &(*slot)->hnext;
     *slot = f->hnext;
+    /* Numbers are handed out in sequence, so the id index spreads them evenly: its chains are short. */
+    slot = &t->ids[f->number & t->mask];
+    while (*slot != f)
+        slot = &(*slot)->inext;
+    *slot = f->inext;
 }
 
 static int set_attr_u64(PyObject *obj, int attr, unsigned long long v)
@@ -760,6 +831,78 @@ static int sync_record(Flow *f)
             return -1;
     }
     return 0;
+}
+
+/* FlowRecord's leading fields, in its order: what build_record passes (positionally, in one call). Exported as
+ * RECORD_FIELDS; a test holds them against the dataclass. `sample_wire` goes by keyword. */
+enum {
+    RF_FLOW_ID, RF_AGENT_ID, RF_PROTOCOL, RF_TRANSPORT, RF_LOCAL_IP, RF_LOCAL_PORT, RF_REMOTE_IP, RF_REMOTE_PORT,
+    RF_FIRST, RF_LAST, RF_PK_OUT, RF_PK_IN, RF_BY_OUT, RF_BY_IN, RF_PB_OUT, RF_PB_IN, RF_FLAGS, RF_PID, RF_NAME,
+    RF_END, RF_COUNT
+};
+static const char *const RECORD_FIELD_NAMES[RF_COUNT] = {
+    "flow_id", "agent_id", "protocol", "transport", "local_ip", "local_port", "remote_ip", "remote_port",
+    "first_ns", "last_ns", "packets_out", "packets_in", "bytes_out", "bytes_in", "payload_bytes_out",
+    "payload_bytes_in", "tcp_flags", "pid", "process_name", "end_reason",
+};
+static PyObject *sample_wire_kwnames; /* ("sample_wire",) */
+
+/* The flow's id: the table's prefix, then its number as at least 12 lowercase hex digits (FlowIds' format). */
+static PyObject *flow_id_of(FlowTable *t, uint64_t number)
+{
+    char buf[64];
+    int n = snprintf(buf, sizeof buf, "%s%012llx", t->prefix, (unsigned long long)number);
+    return PyUnicode_DecodeASCII(buf, n, NULL);
+}
+
+/* A new FlowRecord holding the flow as it is now, ended for `reason` ("" while live): one call of the
+ * factory (FlowRecord) with every field, instead of a Python call per flow start and attributes per end. */
+static PyObject *build_record(FlowTable *t, Flow *f, PyObject *reason)
+{
+    PyObject *args[RF_COUNT + 1] = {NULL};
+    args[RF_FLOW_ID] = flow_id_of(t, f->number);
+    args[RF_AGENT_ID] = Py_NewRef(f->agent->id);
+    args[RF_PROTOCOL] = PyLong_FromUnsignedLong(f->protocol);
+    args[RF_TRANSPORT] = Py_NewRef(PyTuple_GET_ITEM(t->transports, f->protocol < PyTuple_GET_SIZE(t->transports)
+                                                                       ? f->protocol : PyTuple_GET_SIZE(t->transports) - 1));
+    args[RF_LOCAL_IP] = PyLong_FromUnsignedLong(f->local_ip);
+    args[RF_LOCAL_PORT] = PyLong_FromUnsignedLong(f->local_port);
+    args[RF_REMOTE_IP] = PyLong_FromUnsignedLong(f->remote_ip);
+    args[RF_REMOTE_PORT] = PyLong_FromUnsignedLong(f->remote_port);
+    args[RF_FIRST] = PyLong_FromLongLong(f->first);
+    args[RF_LAST] = PyLong_FromLongLong(f->last);
+    args[RF_PK_OUT] = PyLong_FromUnsignedLongLong(f->packets_out);
+    args[RF_PK_IN] = PyLong_FromUnsignedLongLong(f->packets_in);
+    args[RF_BY_OUT] = PyLong_FromUnsignedLongLong(f->bytes_out);
+    args[RF_BY_IN] = PyLong_FromUnsignedLongLong(f->bytes_in);
+    args[RF_PB_OUT] = PyLong_FromUnsignedLongLong(f->payload_out);
+    args[RF_PB_IN] = PyLong_FromUnsignedLongLong(f->payload_in);
+    args[RF_FLAGS] = PyLong_FromUnsignedLong(f->flags);
+    args[RF_PID] = PyLong_FromUnsignedLong(f->pid);
+    args[RF_NAME] = Py_NewRef(f->name ? f->name : empty_string);
+    args[RF_END] = Py_NewRef(reason);
+    PyObject *kwnames = NULL;
+    if (f->sw_len) {
+        args[RF_COUNT] = PyBytes_FromStringAndSize((const char *)f->sw, (Py_ssize_t)f->sw_len);
+        kwnames = sample_wire_kwnames;
+    }
+    PyObject *record = NULL;
+    int ok = 1;
+    for (int i = 0; i < RF_COUNT + (kwnames != NULL); i++)
+        ok &= args[i] != NULL;
+    if (ok)
+        record = PyObject_Vectorcall(t->factory, args, RF_COUNT, kwnames);
+    for (int i = 0; i < RF_COUNT + 1; i++)
+        Py_XDECREF(args[i]);
+    return record;
+}
+
+/* The flow's record, made now or brought up to date (borrowed; NULL on error). */
+static PyObject *flow_record(FlowTable *t, Flow *f)
+{
+    if (f->record == NULL)
+        return f->record = build_record(t, f, empty_string);
+    return sync_record(f) < 0 ? NULL : f->record;
 }
 
 /* -- writing samples as protobuf ----------------------------------------------------------- */
@@ -845,6 +988,86 @@ static int keep_sample(FlowTable *t, Flow *f, const Pkt *p)
     return 0;
 }
 
+/* FlowRecord field numbers (proto/flow_record.proto), as encode_entry writes them. Exported as
+ * RECORD_WIRE_FIELDS and held against the generated descriptor by a test. */
+enum {
+    W_FLOW_ID = 1, W_AGENT_ID, W_PROTOCOL, W_LOCAL_IP, W_LOCAL_PORT, W_REMOTE_IP, W_REMOTE_PORT, W_FIRST, W_LAST,
+    W_PK_OUT, W_PK_IN, W_BY_OUT, W_BY_IN, W_PB_OUT, W_PB_IN, W_FLAGS, W_PID, W_NAME, W_END,
+    W_BATCH_RECORDS = 2,
+};
+
+/* The ended flow as a WireFlow: its FlowRecord encoded here, samples included as C kept them. */
+static PyObject *wire_flow(FlowTable *t, Flow *f, PyObject *reason)
+{
+    Py_ssize_t agent_len, name_len = 0, reason_len;
+    const char *agent = PyUnicode_AsUTF8AndSize(f->agent->id, &agent_len);
+    const char *name = f->name ? PyUnicode_AsUTF8AndSize(f->name, &name_len) : "";
+    const char *why = PyUnicode_AsUTF8AndSize(reason, &reason_len);
+    if (agent == NULL || name == NULL || why == NULL)
+        return NULL;
+    char id[64];
+    int id_len = snprintf(id, sizeof id, "%s%012llx", t->prefix, (unsigned long long)f->number);
+    size_t body = bytes_field_size(W_FLOW_ID, (size_t)id_len) + bytes_field_size(W_AGENT_ID, (size_t)agent_len) +
+                  varint_field_size(W_PROTOCOL, f->protocol) + varint_field_size(W_LOCAL_IP, f->local_ip) +
+                  varint_field_size(W_LOCAL_PORT, f->local_port) + varint_field_size(W_REMOTE_IP, f->remote_ip) +
+                  varint_field_size(W_REMOTE_PORT, f->remote_port) + varint_field_size(W_FIRST, (uint64_t)f->first) +
+                  varint_field_size(W_LAST, (uint64_t)f->last) + varint_field_size(W_PK_OUT, f->packets_out) +
+                  varint_field_size(W_PK_IN, f->packets_in) + varint_field_size(W_BY_OUT, f->bytes_out) +
+                  varint_field_size(W_BY_IN, f->bytes_in) + varint_field_size(W_PB_OUT, f->payload_out) +
+                  varint_field_size(W_PB_IN, f->payload_in) + varint_field_size(W_FLAGS, f->flags) +
+                  varint_field_size(W_PID, f->pid) + bytes_field_size(W_NAME, (size_t)name_len) +
+                  bytes_field_size(W_END, (size_t)reason_len) + f->sw_len;
+    size_t size = varint_size(((uint64_t)W_BATCH_RECORDS << 3) | 2) + varint_size(body) + body;
+    PyObject *entry = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size);
+    if (entry == NULL)
+        return NULL;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(entry);
+    o = put_varint(o, ((uint64_t)W_BATCH_RECORDS << 3) | 2);
+    o = put_varint(o, body);
+    o = put_bytes_field(o, W_FLOW_ID, id, (size_t)id_len);
+    o = put_bytes_field(o, W_AGENT_ID, agent, (size_t)agent_len);
+    o = put_varint_field(o, W_PROTOCOL, f->protocol);
+    o = put_varint_field(o, W_LOCAL_IP, f->local_ip);
+    o = put_varint_field(o, W_LOCAL_PORT, f->local_port);
+    o = put_varint_field(o, W_REMOTE_IP, f->remote_ip);
+    o = put_varint_field(o, W_REMOTE_PORT, f->remote_port);
+    o = put_varint_field(o, W_FIRST, (uint64_t)f->first);
+    o = put_varint_field(o, W_LAST, (uint64_t)f->last);
+    o = put_varint_field(o, W_PK_OUT, f->packets_out);
+    o = put_varint_field(o, W_PK_IN, f->packets_in);
+    o = put_varint_field(o, W_BY_OUT, f->bytes_out);
+    o = put_varint_field(o, W_BY_IN, f->bytes_in);
+    o = put_varint_field(o, W_PB_OUT, f->payload_out);
+    o = put_varint_field(o, W_PB_IN, f->payload_in);
+    o = put_varint_field(o, W_FLAGS, f->flags);
+    o = put_varint_field(o, W_PID, f->pid);
+    o = put_bytes_field(o, W_NAME, name, (size_t)name_len);
+    o = put_bytes_field(o, W_END, why, (size_t)reason_len);
+    if (f->sw_len) {
+        memcpy(o, f->sw, f->sw_len);
+        o += f->sw_len;
+    }
+    if ((size_t)(o - (uint8_t *)PyBytes_AS_STRING(entry)) != size) { /* the sizes above and the writes disagree */
+        Py_DECREF(entry);
+        PyErr_SetString(PyExc_SystemError, "FlowTable: a flow record entry was not the size computed");
+        return NULL;
+    }
+    WireFlow *w = PyObject_New(WireFlow, &WireFlowType);
+    if (w == NULL) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    w->entry = entry;
+    w->agent_id = Py_NewRef(f->agent->id);
+    w->flow_id = PyUnicode_DecodeASCII(id, id_len, NULL);
+    w->last_ns = f->last;
+    if (w->flow_id == NULL) {
+        Py_DECREF(w);
+        return NULL;
+    }
+    return (PyObject *)w;
+}
+
 /* End a flow: out of the tables, counters into its record, the record onto the ended list. */
 static int end_flow(FlowTable *t, Flow *f, PyObject *reason)
 {
@@ -857,13 +1080,20 @@ static int end_flow(FlowTable *t, Flow *f, PyObject *reason)
         t->evicted++;
     else
         t->expired++;
-    int rc = sync_record(f);
-    if (rc == 0)
-        rc = PyObject_SetAttr(f->record, attr_strings[A_END], reason);
-    if (rc == 0)
-        rc = PyList_Append(t->ended, f->record);
+    int rc;
+    if (f->record != NULL) { /* Python has held it since it was live (a snapshot, find, kept packets) */
+        rc = sync_record(f);
+        if (rc == 0)
+            rc = PyObject_SetAttr(f->record, attr_strings[A_END], reason);
+        if (rc == 0)
+            rc = PyList_Append(t->ended, f->record);
+        Py_DECREF(f->record);
+    } else {
+        PyObject *record = t->ended_as_wire ? wire_flow(t, f, reason) : build_record(t, f, reason);
+        rc = record != NULL ? PyList_Append(t->ended, record) : -1;
+        Py_XDECREF(record);
+    }
     Py_XDECREF(f->name);
-    Py_DECREF(f->record);
     PyMem_Free(f->sw);
     PyMem_Free(f);
     return rc;
@@ -993,21 +1223,16 @@ static Flow *new_flow(FlowTable *t, Agent *a, const Pkt *p, uint64_t hash, int c
         return NULL;
     if (t->count >= t->max_flows && evict_oldest(t) < 0)
         return NULL;
-    PyObject *record = PyObject_CallFunction(t->factory, "OIIIIIL", a->id, p->protocol, p->local_ip, p->local_port,
-                                             p->remote_ip, p->remote_port, (long long)p->ts);
-    if (record == NULL)
+    if ((size_t)t->count >= t->mask + 1 && table_grow(t) < 0)
         return NULL;
-    if ((size_t)t->count >= t->mask + 1 && table_grow(t) < 0) {
-        Py_DECREF(record);
-        return NULL;
-    }
     Flow *f = PyMem_Calloc(1, sizeof(Flow));
     if (f == NULL) {
-        Py_DECREF(record);
         PyErr_NoMemory();
         return NULL;
     }
-    f->record = record;
+    f->number = t->next_number++;
+    f->inext = t->ids[f->number & t->mask];
+    t->ids[f->number & t->mask] = f;
     f->agent = a;
     f->hash = hash;
     f->local_ip = p->local_ip;
@@ -1090,6 +1315,8 @@ static int track(void *ctx, Pkt *p)
         } else if (sample || is_dns) {
             /* Kept packets (samples, DNS) are parsed and stored by Python; it says when a DNS
              * flow is full, so that its socket's next queries start a new record. */
+            if (f->record == NULL && (f->record = build_record(t, f, empty_string)) == NULL)
+                return -1;
             PyObject *raw = pkt_tuple(p);
             if (raw == NULL)
                 return -1;
@@ -1383,7 +1610,7 @@ static PyObject *table_snapshot(FlowTable *self, PyObject *args)
     Py_ssize_t taken = 0;
     while (out != NULL && taken < limit && n > 0) {
         Flow *f = heap[0];
-        if (sync_record(f) < 0) {
+        if (flow_record(self, f) == NULL) {
             Py_CLEAR(out);
             break;
         }
@@ -1406,60 +1633,69 @@ static PyObject *table_snapshot(FlowTable *self, PyObject *args)
     return out;
 }
 
-static int u32_attr(PyObject *obj, const char *name, uint32_t *out)
+/* find(flow_id): the live flow of that id, its record up to date, or None. Through the id index: one short
+ * chain, never a scan of the table. */
+static PyObject *table_find(FlowTable *self, PyObject *wanted)
 {
-    PyObject *v = PyObject_GetAttrString(obj, name);
-    if (v == NULL)
-        return -1;
-    unsigned long x = PyLong_AsUnsignedLong(v);
-    Py_DECREF(v);
-    if (x == (unsigned long)-1 && PyErr_Occurred())
-        return -1;
-    *out = (uint32_t)x;
-    return 0;
-}
-
-/* refresh(record): when `record` is a live flow of this table, write its counters into it and return
- * True; else False. The flow is found by its key through the hash (a short chain), never by a scan. */
-static PyObject *table_refresh(FlowTable *self, PyObject *record)
-{
-    PyObject *agent_id = PyObject_GetAttrString(record, "agent_id");
-    if (agent_id == NULL)
+    if (!PyUnicode_Check(wanted)) {
+        PyErr_SetString(PyExc_TypeError, "a flow id is a str");
         return NULL;
-    Agent *a = agent_lookup(self, agent_id);
-    Py_DECREF(agent_id);
-    if (a == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        Py_RETURN_FALSE;
     }
-    Pkt p;
-    memset(&p, 0, sizeof p);
-    if (u32_attr(record, "protocol", &p.protocol) || u32_attr(record, "local_ip", &p.local_ip) ||
-        u32_attr(record, "local_port", &p.local_port) || u32_attr(record, "remote_ip", &p.remote_ip) ||
-        u32_attr(record, "remote_port", &p.remote_port))
+    Py_ssize_t len;
+    const char *text = PyUnicode_AsUTF8AndSize(wanted, &len);
+    if (text == NULL)
         return NULL;
-    uint64_t hash = flow_hash(a->serial, &p);
-    for (Flow *f = self->buckets[hash & self->mask]; f; f = f->hnext)
-        if (f->record == record) {
-            if (sync_record(f) < 0)
-                return NULL;
-            Py_RETURN_TRUE;
+    size_t n = (size_t)len;
+    if (n < self->prefix_len + 12 || n > self->prefix_len + 16 || memcmp(text, self->prefix, self->prefix_len) != 0)
+        Py_RETURN_NONE;
+    uint64_t number = 0;
+    for (size_t i = self->prefix_len; i < n; i++) {
+        char c = text[i];
+        int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (digit < 0)
+            Py_RETURN_NONE;
+        number = number << 4 | (uint64_t)digit;
+    }
+    for (Flow *f = self->ids[number & self->mask]; f; f = f->inext)
+        if (f->number == number) {
+            /* the canonical spelling only: "...0001" and "...00001" are not both one flow's id */
+            char canonical[64];
+            int m = snprintf(canonical, sizeof canonical, "%s%012llx", self->prefix, (unsigned long long)number);
+            if ((size_t)m != n || memcmp(canonical, text, n) != 0)
+                Py_RETURN_NONE;
+            return Py_XNewRef(flow_record(self, f));
         }
-    Py_RETURN_FALSE;
+    Py_RETURN_NONE;
 }
 
 static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"idle_ns", "active_ns", "dns_active_ns", "max_flows", "samples_per_flow",
-                             "factory", "keep", "max_flows_per_agent", "reader", "sample_bytes", NULL};
+                             "factory", "keep", "max_flows_per_agent", "reader", "sample_bytes", "transports",
+                             "id_prefix", "ended_as_wire", NULL};
     long long idle[NCLS], active, dns_active;
-    Py_ssize_t max_flows, samples, max_per_agent = 0, sample_bytes = 2048;
-    PyObject *factory, *keep, *reader = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO|n$On", kwlist, &idle[0], &idle[1], &idle[2], &idle[3],
-                                     &idle[4], &active, &dns_active, &max_flows, &samples, &factory, &keep,
-                                     &max_per_agent, &reader, &sample_bytes))
+    Py_ssize_t max_flows, samples, max_per_agent = 0, sample_bytes = 2048, prefix_len = 0;
+    PyObject *factory, *keep, *reader = Py_None, *transports = NULL;
+    const char *prefix = "";
+    int ended_as_wire = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO|n$OnO!s#p", kwlist, &idle[0], &idle[1], &idle[2],
+                                     &idle[3], &idle[4], &active, &dns_active, &max_flows, &samples, &factory, &keep,
+                                     &max_per_agent, &reader, &sample_bytes, &PyTuple_Type, &transports, &prefix,
+                                     &prefix_len, &ended_as_wire))
         return -1;
+    if (transports == NULL || PyTuple_GET_SIZE(transports) != 256) {
+        PyErr_SetString(PyExc_TypeError, "transports must be a tuple of 256: the transport of each IP protocol");
+        return -1;
+    }
+    if (prefix_len > 32) {
+        PyErr_SetString(PyExc_ValueError, "id_prefix is at most 32 characters");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < prefix_len; i++)
+        if ((unsigned char)prefix[i] < 0x21 || (unsigned char)prefix[i] > 0x7e) {
+            PyErr_SetString(PyExc_ValueError, "id_prefix must be printable ASCII");
+            return -1;
+        }
     if (sample_bytes < 0) {
         PyErr_SetString(PyExc_ValueError, "sample_bytes must not be negative");
         return -1;
@@ -1490,10 +1726,16 @@ static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
     self->samples_cap = (uint32_t)samples;
     self->sample_bytes = sample_bytes;
     self->buckets = PyMem_Calloc(1024, sizeof(Flow *));
+    self->ids = PyMem_Calloc(1024, sizeof(Flow *));
     self->mask = 1023;
+    memcpy(self->prefix, prefix, (size_t)prefix_len);
+    self->prefix[prefix_len] = '\0';
+    self->prefix_len = (size_t)prefix_len;
+    self->next_number = 1;
+    self->ended_as_wire = ended_as_wire;
     self->agents = PyDict_New();
     self->ended = PyList_New(0);
-    if (self->buckets == NULL || self->agents == NULL || self->ended == NULL) {
+    if (self->buckets == NULL || self->ids == NULL || self->agents == NULL || self->ended == NULL) {
         PyErr_NoMemory();
         return -1;
     }
@@ -1501,6 +1743,7 @@ static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
     self->factory = factory;
     Py_INCREF(keep);
     self->keep = keep;
+    self->transports = Py_NewRef(transports);
     if (reader != Py_None) {
         Py_INCREF(reader);
         self->reader = (WireReader *)reader;
@@ -1514,6 +1757,7 @@ static int table_traverse(FlowTable *self, visitproc visit, void *arg)
     Py_VISIT(self->keep);
     Py_VISIT(self->ended);
     Py_VISIT(self->agents);
+    Py_VISIT(self->transports);
     for (Agent *a = self->first_agent; a; a = a->next)
         for (int c = 0; c < NCLS; c++)
             for (Flow *f = a->head[c]; f; f = f->next)
@@ -1525,6 +1769,7 @@ static int table_clear(FlowTable *self)
 {
     Py_CLEAR(self->factory);
     Py_CLEAR(self->keep);
+    Py_CLEAR(self->transports);
     return 0;
 }
 
@@ -1539,7 +1784,7 @@ static void table_dealloc(FlowTable *self)
             while (f) {
                 Flow *next = f->next;
                 Py_XDECREF(f->name);
-                Py_DECREF(f->record);
+                Py_XDECREF(f->record);
                 PyMem_Free(f->sw);
                 PyMem_Free(f);
                 f = next;
@@ -1551,6 +1796,7 @@ static void table_dealloc(FlowTable *self)
         a = next;
     }
     PyMem_Free(self->buckets);
+    PyMem_Free(self->ids);
     Py_CLEAR(self->agents);
     Py_CLEAR(self->ended);
     Py_CLEAR(self->reader);
@@ -1600,7 +1846,7 @@ static PyMethodDef table_methods[] = {
     {"sweep", (PyCFunction)table_sweep, METH_O, "sweep(now_monotonic)"},
     {"snapshot", (PyCFunction)table_snapshot, METH_VARARGS,
      "snapshot(agent_id or None, limit): the flows updated most recently, most recent first"},
-    {"refresh", (PyCFunction)table_refresh, METH_O, "refresh(record) -> True when live (counters written into it)"},
+    {"find", (PyCFunction)table_find, METH_O, "find(flow_id): the live flow's record, up to date, or None"},
     {NULL},
 };
 
@@ -1622,7 +1868,7 @@ static PyTypeObject FlowTableType = {
     .tp_basicsize = sizeof(FlowTable),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "FlowTable(idle_ns, active_ns, dns_active_ns, max_flows, samples_per_flow, factory, keep, "
-              "max_flows_per_agent=0, *, reader=None, sample_bytes=2048)",
+              "max_flows_per_agent=0, *, reader=None, sample_bytes=2048, transports, id_prefix='', ended_as_wire=False)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)table_init,
     .tp_dealloc = (destructor)table_dealloc,
@@ -1705,11 +1951,20 @@ static int export_names(PyObject *m)
         "tcp_flags", S_TCP_FLAGS, "pid", S_PID, "process_name", S_PROCESS_NAME, "samples", S_RECORD_SAMPLES);
     if (sample_fields == NULL || add_owned(m, "SAMPLE_FIELDS", sample_fields) < 0)
         return -1;
+    PyObject *record_fields = Py_BuildValue(
+        "{sisisisisisisisisisisisisisisisisisisisi}", "flow_id", W_FLOW_ID, "agent_id", W_AGENT_ID, "protocol", W_PROTOCOL,
+        "local_ip", W_LOCAL_IP, "local_port", W_LOCAL_PORT, "remote_ip", W_REMOTE_IP, "remote_port", W_REMOTE_PORT,
+        "first_ns", W_FIRST, "last_ns", W_LAST, "packets_out", W_PK_OUT, "packets_in", W_PK_IN, "bytes_out", W_BY_OUT,
+        "bytes_in", W_BY_IN, "payload_bytes_out", W_PB_OUT, "payload_bytes_in", W_PB_IN, "tcp_flags", W_FLAGS,
+        "pid", W_PID, "process_name", W_NAME, "end_reason", W_END, "records", W_BATCH_RECORDS);
+    if (record_fields == NULL || add_owned(m, "RECORD_WIRE_FIELDS", record_fields) < 0)
+        return -1;
     if (PyModule_AddIntConstant(m, "BATCH_PACKETS_FIELD", N_BATCH_PACKETS) < 0 ||
         add_owned(m, "REJECT_REASONS", name_tuple(REJECT_NAMES, R_COUNT)) < 0 ||
         add_owned(m, "REPAIR_REASONS", name_tuple(REPAIR_NAMES, F_COUNT)) < 0 ||
         add_owned(m, "END_REASONS", name_tuple(END_NAMES, E_COUNT)) < 0 ||
         add_owned(m, "RECORD_ATTRIBUTES", name_tuple(ATTR_NAMES, A_COUNT)) < 0 ||
+        add_owned(m, "RECORD_FIELDS", name_tuple(RECORD_FIELD_NAMES, RF_COUNT)) < 0 ||
         add_owned(m, "TIMEOUT_CLASSES", name_tuple(CLASS_NAMES, NCLS)) < 0)
         return -1;
     return 0;
@@ -1727,13 +1982,16 @@ PyMODINIT_FUNC PyInit_fastpath(void)
             return NULL;
     if ((empty_string = PyUnicode_InternFromString("")) == NULL)
         return NULL;
-    if (PyType_Ready(&WireReaderType) < 0 || PyType_Ready(&FlowTableType) < 0)
+    if ((sample_wire_kwnames = Py_BuildValue("(s)", "sample_wire")) == NULL)
+        return NULL;
+    if (PyType_Ready(&WireReaderType) < 0 || PyType_Ready(&FlowTableType) < 0 || PyType_Ready(&WireFlowType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&fastpath_module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "WireReader", (PyObject *)&WireReaderType) < 0 ||
-        PyModule_AddObjectRef(m, "FlowTable", (PyObject *)&FlowTableType) < 0 || export_names(m) < 0) {
+        PyModule_AddObjectRef(m, "FlowTable", (PyObject *)&FlowTableType) < 0 ||
+        PyModule_AddObjectRef(m, "WireFlow", (PyObject *)&WireFlowType) < 0 || export_names(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

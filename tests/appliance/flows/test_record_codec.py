@@ -8,6 +8,7 @@ from appliance.flows import record_codec
 from appliance.flows.tracker import FlowTracker
 from appliance.ingest.convert import PacketConverter
 from appliance.model import DnsAnswer, DnsMessage, FlowRecord
+from appliance.native.fastpath import WireFlow
 from tests.appliance.detection import scenarios as sc
 
 
@@ -52,18 +53,25 @@ def test_an_empty_batch_is_no_flows() -> None:
     assert record_codec.decode(record_codec.encode([])) == []
 
 
-def test_samples_the_flow_table_wrote_in_c_decode_to_the_samples_python_would_have_kept() -> None:
-    """The C table writes the samples of TCP and non-DNS UDP flows straight into this contract; the analysis
-    process must read the same Packets the in-process path expands (payload cut, names, flags and all)."""
+def test_records_the_flow_table_wrote_in_c_decode_to_the_records_python_would_have_made() -> None:
+    """The C table writes the samples of TCP and non-DNS UDP flows, and whole records of flows Python never held,
+    straight into this contract; the analysis process must read the same records and Packets the in-process
+    path makes (counters, ids, end reasons, payload cut, names, flags and all), in the order they ended."""
     streams = (sc.benign_office(2, minutes=3), sc.raw_ip_tls(), sc.http_exfiltration())
-    as_wire: list[FlowRecord] = []
-    tracker = FlowTracker(as_wire.extend, samples_as_wire=True)
+    as_wire: list[record_codec.EndedFlow] = []
+    tracker = FlowTracker(as_wire.extend, ended_as_wire=True)
     converter = PacketConverter()
     for stream in streams:
         for batch in sc.batches(stream.sorted()):
             tracker.add_packets(stream.machine_id, converter.read(batch.packets))
     tracker.flush_all()
     expanded = flows_of(*streams)
-    assert any(f.sample_wire for f in as_wire) and not any(f.sample_wire for f in expanded)
-    assert record_codec.decode(record_codec.encode(as_wire)) == expanded
-    assert [record_codec.expanded(f).samples for f in as_wire] == [f.samples for f in expanded]
+    wire_flows = [f for f in as_wire if isinstance(f, WireFlow)]
+    held = [f for f in as_wire if isinstance(f, FlowRecord)]  # DNS and ICMP flows: Python kept their packets
+    assert wire_flows and held and not any(f.sample_wire for f in expanded)
+    assert all(f.entry and f.flow_id and f.agent_id and f.last_ns for f in wire_flows)
+    assert record_codec.decode(record_codec.encode(as_wire)) == expanded  # mixed runs keep their order
+    assert [record_codec.expanded(record_codec.record_of(f)) for f in as_wire] == expanded
+    assert [(f.flow_id, f.agent_id, f.last_ns) for f in wire_flows] == [
+        (r.flow_id, r.agent_id, r.last_ns) for r in map(record_codec.record_of, wire_flows)]
+    assert [record_codec.expanded(record_codec.record_of(f)).samples for f in as_wire] == [f.samples for f in expanded]

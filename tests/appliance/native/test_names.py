@@ -1,7 +1,7 @@
 """The names and numbers the C fast path shares with Python and with the proto contract.
 
 fastpath.c exports its tables (WIRE_FIELDS, REJECT_REASONS, REPAIR_REASONS, END_REASONS, RECORD_ATTRIBUTES,
-TIMEOUT_CLASSES); these tests hold each against the side it must agree with, so a renamed field, reason or
+RECORD_FIELDS, RECORD_WIRE_FIELDS, TIMEOUT_CLASSES); these tests hold each against the side it must agree with, so a renamed field, reason or
 attribute on either side fails here instead of silently counting under a wrong name.
 """
 
@@ -50,5 +50,19 @@ def test_end_reasons_and_timeout_classes_are_the_trackers() -> None:
 def test_record_attributes_written_from_c_are_flow_record_fields() -> None:
     fields = {f.name for f in dataclasses.fields(FlowRecord)}
     assert set(fastpath.RECORD_ATTRIBUTES) <= fields, set(fastpath.RECORD_ATTRIBUTES) - fields
-    # refresh() finds a live flow by these attributes of its record: they must exist too.
-    assert {"agent_id", "protocol", "local_ip", "local_port", "remote_ip", "remote_port"} <= fields
+
+
+def test_record_wire_fields_written_from_c_are_the_contracts() -> None:
+    from appliance.generated import flow_record_pb2
+
+    descriptor = flow_record_pb2.FlowRecord.DESCRIPTOR
+    written = dict(fastpath.RECORD_WIRE_FIELDS)
+    assert written.pop("records") == flow_record_pb2.FlowRecordBatch.DESCRIPTOR.fields_by_name["records"].number
+    assert written == {f.name: f.number for f in descriptor.fields if f.name not in ("dns", "samples")}
+
+
+def test_record_fields_built_from_c_are_flow_records_leading_fields_in_order() -> None:
+    # The table builds a FlowRecord with one positional call of these fields (and sample_wire by keyword).
+    names = [f.name for f in dataclasses.fields(FlowRecord)]
+    assert list(fastpath.RECORD_FIELDS) == names[: len(fastpath.RECORD_FIELDS)]
+    assert "sample_wire" in names
