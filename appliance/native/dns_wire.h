@@ -217,6 +217,23 @@ static int dnsw_skip_name(const uint8_t *buf, size_t len, size_t off, size_t *ne
 
 static inline unsigned dnsw_u16(const uint8_t *p) { return (unsigned)p[0] << 8 | p[1]; }
 
+/* inet_ntop(AF_INET) without its formatted printing (a tenth of the cost, on the commonest answer). */
+static inline size_t dnsw_ipv4(const uint8_t *a, char *o)
+{
+    char *start = o;
+    for (int i = 0; i < 4; i++) {
+        unsigned v = a[i];
+        if (v >= 100)
+            *o++ = (char)('0' + v / 100);
+        if (v >= 10)
+            *o++ = (char)('0' + v / 10 % 10);
+        *o++ = (char)('0' + v % 10);
+        if (i < 3)
+            *o++ = '.';
+    }
+    return (size_t)(o - start);
+}
+
 /* How an answer's data is written: from a text buffer, or computed from rdata while writing. */
 enum { DNSW_DATA_TEXT, DNSW_DATA_TXT, DNSW_DATA_HEX };
 
@@ -253,9 +270,7 @@ static int dnsw_answer(DnswMessage *m, size_t *off, DnsWire *out)
     const uint8_t *rd = buf + start;
     int kind = DNSW_DATA_TEXT;
     if (rtype == 1 && rdlen == 4) {
-        if (inet_ntop(AF_INET, rd, text, sizeof text) == NULL)
-            return -1;
-        data_len = strlen(text);
+        data_len = dnsw_ipv4(rd, text);
     } else if (rtype == 28 && rdlen == 16) {
         if (inet_ntop(AF_INET6, rd, text, sizeof text) == NULL)
             return -1;
@@ -383,6 +398,23 @@ static inline int dns_to_wire_tcp(const uint8_t *segment, size_t len, uint64_t t
     if (len < 2 + DNSW_HEADER)
         return DNS_WIRE_NONE;
     return dnsw_message(segment + 2, len - 2, timestamp_ns, dnsw_u16(segment) > len - 2, out);
+}
+
+/* Makes the message appended since out->len was `start` a length-delimited field `field` of the
+ * enclosing message (FlowRecord.dns is 20, AgentDns.message 2): its tag and length go in front of it.
+ * 0, or -1 when memory runs out (out unchanged). */
+static inline int dns_wire_frame(DnsWire *out, size_t start, uint32_t field)
+{
+    size_t size = out->len - start;
+    uint64_t tag = (uint64_t)field << 3 | 2;
+    size_t head = dnsw_varint_size(tag) + dnsw_varint_size(size);
+    if (dnsw_reserve(out, head) < 0)
+        return -1;
+    uint8_t *at = out->data + start;
+    memmove(at + head, at, size);
+    dnsw_put_varint(dnsw_put_varint(at, tag), size);
+    out->len += head;
+    return 0;
 }
 
 #endif /* APPLIANCE_NATIVE_DNS_WIRE_H */

@@ -1636,16 +1636,22 @@ static PyTypeObject FlowTableType = {
 
 /* ------------------------------------------------------------------------------------------ */
 
-/* dns_wire(payload, timestamp_ns=0, tcp=False): dns_wire.h's parser as Python sees it, for the tests that
- * hold it equal to appliance/flows/dns.py. */
+/* dns_wire(payload, timestamp_ns=0, tcp=False, field=0): dns_wire.h's parser as Python sees it, for the
+ * tests that hold it equal to appliance/flows/dns.py; field > 0 frames the message as that field. */
 static PyObject *fastpath_dns_wire(PyObject *module, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"payload", "timestamp_ns", "tcp", NULL};
+    static char *kwlist[] = {"payload", "timestamp_ns", "tcp", "field", NULL};
     Py_buffer payload;
     PyObject *timestamp = NULL;
     int tcp = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|O!p", kwlist, &payload, &PyLong_Type, &timestamp, &tcp))
+    unsigned int field = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|O!pI", kwlist, &payload, &PyLong_Type, &timestamp, &tcp, &field))
         return NULL;
+    if (field >= (1u << 29)) {
+        PyBuffer_Release(&payload);
+        PyErr_SetString(PyExc_ValueError, "field must be below 2**29");
+        return NULL;
+    }
     unsigned long long timestamp_ns = timestamp != NULL ? PyLong_AsUnsignedLongLong(timestamp) : 0;
     if (timestamp_ns == (unsigned long long)-1 && PyErr_Occurred()) {
         PyBuffer_Release(&payload);
@@ -1655,6 +1661,8 @@ static PyObject *fastpath_dns_wire(PyObject *module, PyObject *args, PyObject *k
     int rc = tcp ? dns_to_wire_tcp(payload.buf, (size_t)payload.len, timestamp_ns, &out)
                  : dns_to_wire(payload.buf, (size_t)payload.len, timestamp_ns, &out);
     PyBuffer_Release(&payload);
+    if (rc == DNS_WIRE_OK && field > 0 && dns_wire_frame(&out, 0, field) < 0)
+        rc = DNS_WIRE_NOMEM;
     PyObject *result = rc == DNS_WIRE_NOMEM ? PyErr_NoMemory()
                        : rc == DNS_WIRE_NONE ? Py_NewRef(Py_None)
                                              : PyBytes_FromStringAndSize((const char *)out.data, (Py_ssize_t)out.len);
@@ -1664,8 +1672,9 @@ static PyObject *fastpath_dns_wire(PyObject *module, PyObject *args, PyObject *k
 
 static PyMethodDef fastpath_functions[] = {
     {"dns_wire", (PyCFunction)(void (*)(void))fastpath_dns_wire, METH_VARARGS | METH_KEYWORDS,
-     "dns_wire(payload, timestamp_ns=0, tcp=False) -> bytes | None: the serialized sensor.flows.DnsMessage of\n"
-     "appliance.flows.dns.parse_dns (parse_dns_tcp when tcp), None where it returns None"},
+     "dns_wire(payload, timestamp_ns=0, tcp=False, field=0) -> bytes | None: the serialized sensor.flows.DnsMessage\n"
+     "of appliance.flows.dns.parse_dns (parse_dns_tcp when tcp), None where it returns None; with field > 0, that\n"
+     "message as a length-delimited field of that number"},
     {NULL, NULL, 0, NULL},
 };
 

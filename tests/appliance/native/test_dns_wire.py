@@ -217,6 +217,27 @@ def test_aaaa_text_is_the_python_text(address):
     assert_same(payload)
 
 
+def test_a_text_is_the_python_text_for_every_octet_value():
+    for value in range(256):
+        octets = [value, (value * 7) % 256, 255 - value, (value + 128) % 256]
+        assert_same(header(an=2) + b"\x00" + Q + rr(b"\x00", 1, bytes(octets)) + rr(b"\x00", 1, bytes(octets[::-1])))
+
+
+def test_a_framed_message_is_the_field_of_the_record_that_holds_it():
+    # What C will write into FlowRecord.dns (field 20) and AgentDns.message (field 2); the 9 kB message
+    # needs a two-byte length, the all-zero header an empty one.
+    payloads = list(FIXTURES_FROM_TESTS.values()) + REAL_RESPONSES[:10] + [
+        HOSTILE["pointer_to_a_far_offset"][0], HOSTILE["header_only_all_zero"][0]]
+    for payload in payloads:
+        for ts in (0, TS):
+            message = pb.DnsMessage.FromString(python_wire(payload, ts, False))
+            assert fastpath.dns_wire(payload, ts, field=20) == pb.FlowRecord(dns=[message]).SerializeToString()
+            assert fastpath.dns_wire(payload, ts, field=2) == pb.AgentDns(message=message).SerializeToString()
+    assert fastpath.dns_wire(bytes(5), TS, field=20) is None
+    with pytest.raises(ValueError):
+        fastpath.dns_wire(payloads[0], TS, field=2**29)
+
+
 def test_shorter_than_a_header_is_none_for_both():
     for n in range(16):
         blob = bytes(range(n))
