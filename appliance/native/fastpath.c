@@ -30,6 +30,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "dns_wire.h"
+
 #define NS_PER_MS 1000000LL
 #define OUTBOUND 1
 #define INBOUND 2
@@ -1880,11 +1882,54 @@ static PyTypeObject FlowTableType = {
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* dns_wire(payload, timestamp_ns=0, tcp=False, field=0): dns_wire.h's parser as Python sees it, for the
+ * tests that hold it equal to appliance/flows/dns.py; field > 0 frames the message as that field. */
+static PyObject *fastpath_dns_wire(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"payload", "timestamp_ns", "tcp", "field", NULL};
+    Py_buffer payload;
+    PyObject *timestamp = NULL;
+    int tcp = 0;
+    unsigned int field = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|O!pI", kwlist, &payload, &PyLong_Type, &timestamp, &tcp, &field))
+        return NULL;
+    if (field >= (1u << 29)) {
+        PyBuffer_Release(&payload);
+        PyErr_SetString(PyExc_ValueError, "field must be below 2**29");
+        return NULL;
+    }
+    unsigned long long timestamp_ns = timestamp != NULL ? PyLong_AsUnsignedLongLong(timestamp) : 0;
+    if (timestamp_ns == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyBuffer_Release(&payload);
+        return NULL;
+    }
+    DnsWire out = {0};
+    int rc = tcp ? dns_to_wire_tcp(payload.buf, (size_t)payload.len, timestamp_ns, &out)
+                 : dns_to_wire(payload.buf, (size_t)payload.len, timestamp_ns, &out);
+    PyBuffer_Release(&payload);
+    if (rc == DNS_WIRE_OK && field > 0 && dns_wire_frame(&out, 0, field) < 0)
+        rc = DNS_WIRE_NOMEM;
+    PyObject *result = rc == DNS_WIRE_NOMEM ? PyErr_NoMemory()
+                       : rc == DNS_WIRE_NONE ? Py_NewRef(Py_None)
+                                             : PyBytes_FromStringAndSize((const char *)out.data, (Py_ssize_t)out.len);
+    dns_wire_free(&out);
+    return result;
+}
+
+static PyMethodDef fastpath_functions[] = {
+    {"dns_wire", (PyCFunction)(void (*)(void))fastpath_dns_wire, METH_VARARGS | METH_KEYWORDS,
+     "dns_wire(payload, timestamp_ns=0, tcp=False, field=0) -> bytes | None: the serialized sensor.flows.DnsMessage\n"
+     "of appliance.flows.dns.parse_dns (parse_dns_tcp when tcp), None where it returns None; with field > 0, that\n"
+     "message as a length-delimited field of that number"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef fastpath_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "appliance.native.fastpath",
     .m_doc = "The per-packet hot path of ingestion: wire parsing, validation, flow accounting.",
     .m_size = -1,
+    .m_methods = fastpath_functions,
 };
 
 /* The hash key: 16 bytes of os.urandom, once per process. */
