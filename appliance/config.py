@@ -113,7 +113,7 @@ class LimitSettings(_Section):
     max_payload_bytes: Annotated[int, Field(ge=0, le=1 << 20)] = 65535
     samples_per_flow: Annotated[int, Field(ge=0, le=1024)] = 8
     sample_bytes: Annotated[int, Field(ge=0, le=65535)] = 2048
-    dns_per_flow: Annotated[int, Field(ge=0, le=10_000)] = 64
+    dns_per_flow: Annotated[int, Field(ge=1, le=10_000)] = 64
     finished_flows_kept: Annotated[int, Field(ge=0, le=1_000_000)] = 2000
 
 

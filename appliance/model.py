@@ -160,11 +160,11 @@ class FlowRecord(_Addresses):
     # finished flows stay in memory, and thousands of small tracked objects would make every full
     # garbage collection slower.
     tls: dict[str, Any] | None = None
-    # Payload samples the C flow table kept as FlowRecord.samples entries of proto/flow_record.proto
-    # (every flow but DNS): no Python object per kept packet on the ingest path. They join `samples`
-    # when a flow is analysed in this process or viewed (appliance.flows.record_codec.expanded), or
-    # travel as they are to the analysis process.
-    sample_wire: bytes = field(default=b"", repr=False)
+    # Payload samples and DNS messages the C flow table kept as FlowRecord.samples and FlowRecord.dns
+    # entries of proto/flow_record.proto (every flow but ICMP): no Python object per kept packet on the
+    # ingest path. They join `samples` and `dns` when a flow is analysed in this process or viewed
+    # (appliance.flows.record_codec.expanded), or travel as they are to the analysis process.
+    kept_wire: bytes = field(default=b"", repr=False)
 
     @property
     def duration_s(self) -> float:

@@ -81,8 +81,8 @@ def _encode_records(records: list[FlowRecord]) -> bytes:
         if dns:
             index = {id(m): i + 1 for i, m in enumerate(dns)}
             record.dns.extend(_dns_pb(m) for m in dns)
-        if r.sample_wire:  # the C table's samples, already in this contract's encoding
-            record.MergeFromString(r.sample_wire)
+        if r.kept_wire:  # the C table's DNS messages and samples, already in this contract's encoding
+            record.MergeFromString(r.kept_wire)
         sample = record.samples.add
         for s in r.samples:
             sample(timestamp_ns=s.timestamp_ns, direction=s.direction, size=s.size, payload=s.payload, tcp_flags=s.tcp_flags,
@@ -99,6 +99,11 @@ def encode_dns(items: Iterable[tuple[str, DnsMessage, bool]]) -> bytes:
 def _dns(m: pb.DnsMessage) -> DnsMessage:
     return DnsMessage(m.id, m.is_response, m.rcode, m.qname, m.qtype, m.qclass,
                       [DnsAnswer(a.name, a.rtype, a.ttl, a.data) for a in m.answers], m.malformed, m.timestamp_ns)
+
+
+def dns_message_of(data: bytes) -> DnsMessage:
+    """A serialized sensor.flows.DnsMessage (the flow table's DNS answers) as a DnsMessage."""
+    return _dns(pb.DnsMessage.FromString(data))
 
 
 def _samples(r: pb.FlowRecord, dns: list[DnsMessage]) -> list[Packet]:
@@ -139,29 +144,34 @@ def record_of(flow: EndedFlow) -> FlowRecord:
 
 
 def expand_samples(record: FlowRecord) -> None:
-    """Move the samples the C flow table kept as wire entries into `record.samples` (an ended flow about to
-    be analysed in this process). Its own samples come first, as the table kept them in arrival order:
-    a flow's samples are either all wire (TCP, UDP but DNS, other) or all Python-kept (DNS, ICMP)."""
-    if record.sample_wire:
-        record.samples.extend(_wire_samples(record))
-        record.sample_wire = b""
+    """Move the DNS messages and samples the C flow table kept as wire entries into `record.dns` and
+    `record.samples` (an ended flow about to be analysed in this process). A flow's kept packets are either
+    all wire (every flow but ICMP) or all Python-kept (ICMP), so the samples' DNS indexes need no offset."""
+    if record.kept_wire:
+        dns, samples = _wire_kept(record)
+        record.dns.extend(dns)
+        record.samples.extend(samples)
+        record.kept_wire = b""
 
 
 def expanded(record: FlowRecord) -> FlowRecord:
-    """`record` with every sample as a Packet, without touching it (a live flow, a finished one on view)."""
-    if not record.sample_wire:
+    """`record` with every DNS message and sample as objects, without touching it (a live flow, a finished
+    one on view)."""
+    if not record.kept_wire:
         return record
-    return replace(record, samples=record.samples + _wire_samples(record), sample_wire=b"")
+    dns, samples = _wire_kept(record)
+    return replace(record, dns=record.dns + dns, samples=record.samples + samples, kept_wire=b"")
 
 
-def _wire_samples(record: FlowRecord) -> list[Packet]:
+def _wire_kept(record: FlowRecord) -> tuple[list[DnsMessage], list[Packet]]:
     header = pb.FlowRecord(protocol=record.protocol, local_ip=record.local_ip, local_port=record.local_port,
                            remote_ip=record.remote_ip, remote_port=record.remote_port)
     try:
-        header.MergeFromString(record.sample_wire)
+        header.MergeFromString(record.kept_wire)
     except Exception as err:  # written by fastpath.c: a failure here is a bug there
-        raise RecordError(f"the flow table's samples do not parse: {err}") from None
-    return _samples(header, [])
+        raise RecordError(f"the flow table's kept packets do not parse: {err}") from None
+    dns = [_dns(m) for m in header.dns]
+    return dns, _samples(header, dns)
 
 
 def decode(data: bytes) -> list[FlowRecord]:

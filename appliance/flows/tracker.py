@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from appliance.flows.packets import RawPacket, dns_message, expand
-from appliance.flows.record_codec import EndedFlow, expand_samples, expanded
+from appliance.flows.record_codec import EndedFlow, dns_message_of, expand_samples, expanded
 from appliance.model import DnsMessage, FlowRecord, Transport
 from appliance.native.fastpath import FlowTable, WireReader
 
@@ -142,7 +142,7 @@ class FlowTracker:
 
     A flow's FlowRecord is made only when Python needs it (a snapshot, find, a kept DNS or ICMP packet,
     its end); the payload samples of flows that are not DNS are kept by C as flow record contract bytes
-    (`FlowRecord.sample_wire`). With `ended_as_wire` (analysis in another process or on another box) a
+    (`FlowRecord.kept_wire`). With `ended_as_wire` (analysis in another process or on another box) a
     flow Python never held ends as a `WireFlow`, its record already in the contract's encoding, and a
     record ends with its samples as C wrote them; without, every ended flow is a FlowRecord with its
     samples expanded before `on_expire` sees it. `snapshot` and `find` always return records with every
@@ -171,17 +171,18 @@ class FlowTracker:
             self.limits.max_flows, self.limits.samples_per_flow, FlowRecord, self._keep,
             max_flows_per_agent=self.limits.max_flows_per_agent, reader=reader, sample_bytes=self.limits.sample_bytes,
             transports=_TRANSPORT_OF_PROTOCOL, id_prefix=(flow_ids or FlowIds()).prefix, ended_as_wire=ended_as_wire,
+            dns_per_flow=self.limits.dns_per_flow,
         )
         self._ended_as_wire = ended_as_wire
         self._sample_bytes = self.limits.sample_bytes
         self._dns_cap = self.limits.dns_per_flow
-        self._answers: list[tuple[str, DnsMessage]] = []  # DNS responses of the call under way
         self.lock = threading.Lock()
 
     def _keep(self, flow: FlowRecord, raw: RawPacket, sample: bool, is_dns: bool) -> bool:
         """Store a packet the flow keeps (a payload sample, a DNS message); True when a DNS flow is full.
 
-        Called from C for the packets of DNS and ICMP flows it keeps; other flows' samples are written in C.
+        Called from C for the packets ICMP flows keep (IcmpInfo is read from the uncut payload; a port-53 ICMP
+        packet is read as DNS too); every other flow's samples and DNS messages are kept in C.
         """
         if sample:
             pkt = expand(raw)
@@ -189,8 +190,8 @@ class FlowTracker:
         else:  # a DNS packet past the sample budget: only its message is kept
             message = dns_message(raw)
         if message is not None:
-            if message.is_response and self._on_dns_response is not None:
-                self._answers.append((flow.agent_id, message))
+            if message.is_response:  # into the table's list, in packet order with the answers C parsed
+                self._table.answers.append((flow.agent_id, message))
             if len(flow.dns) < self._dns_cap:
                 flow.dns.append(message)
         if sample:
@@ -209,7 +210,7 @@ class FlowTracker:
         lock, so neither the resolver cache nor the analysis queue ever runs while ingestion waits.
         Answers first: the resolver must know a name before the connections to its address are analysed.
         """
-        answers: list[tuple[str, DnsMessage]] = []
+        answers: list[tuple[str, DnsMessage | bytes]] = []
         ended: list[EndedFlow] = []
         try:
             with self.lock:
@@ -217,15 +218,15 @@ class FlowTracker:
                     yield
                 finally:
                     ended = self._table.take_ended()
-                    answers, self._answers = self._answers, []
+                    answers = self._table.take_answers()
                     if not self._ended_as_wire:
                         for record in ended:
                             expand_samples(record)
         finally:
             try:
                 if answers and self._on_dns_response is not None:
-                    for agent_id, message in answers:
-                        self._on_dns_response(agent_id, message)
+                    for agent_id, message in answers:  # C's are serialized DnsMessages; Python's (ICMP) objects
+                        self._on_dns_response(agent_id, message if isinstance(message, DnsMessage) else dns_message_of(message))
             finally:  # a failing resolver cache never costs the ended flows their analysis
                 if ended:
                     self._on_expire(ended)

@@ -66,12 +66,12 @@ static PyObject *end_strings[E_COUNT];
 /* Attribute names of FlowRecord written back from the C counters. */
 enum {
     A_FIRST, A_LAST, A_PK_OUT, A_PK_IN, A_BY_OUT, A_BY_IN, A_PB_OUT, A_PB_IN, A_FLAGS, A_PID,
-    A_NAME, A_END, A_FLOW_ID, A_SAMPLE_WIRE, A_COUNT
+    A_NAME, A_END, A_FLOW_ID, A_KEPT_WIRE, A_COUNT
 };
 static const char *const ATTR_NAMES[A_COUNT] = {
     "first_ns", "last_ns", "packets_out", "packets_in", "bytes_out", "bytes_in",
     "payload_bytes_out", "payload_bytes_in", "tcp_flags", "pid", "process_name", "end_reason",
-    "flow_id", "sample_wire",
+    "flow_id", "kept_wire",
 };
 static PyObject *attr_strings[A_COUNT];
 static PyObject *empty_string;
@@ -103,7 +103,7 @@ enum {
  * SAMPLE_FIELDS and held against the generated descriptor by a test, like WIRE_FIELDS. */
 enum {
     S_TIMESTAMP = 1, S_DIRECTION = 2, S_SIZE = 3, S_PAYLOAD = 4, S_TCP_FLAGS = 5, S_PID = 6, S_PROCESS_NAME = 7,
-    S_RECORD_SAMPLES = 21,
+    S_DNS_INDEX = 8, S_RECORD_DNS = 20, S_RECORD_SAMPLES = 21,
 };
 
 typedef struct {
@@ -616,14 +616,16 @@ typedef struct Flow {
     uint64_t touched; /* the table's touch count when a packet last updated it: the LRU order, as a number */
     uint64_t packets_out, packets_in, bytes_out, bytes_in, payload_out, payload_in;
     uint32_t flags, pid, samples;
+    uint32_t dns; /* DNS messages kept (as FlowRecord.dns entries in `sw`) */
     PyObject *name;   /* owned; NULL until a packet names the process */
     /* owned FlowRecord; NULL until something in Python needs it (a snapshot, find, a kept DNS or ICMP packet,
      * the flow's end): a flow that only C touches costs no Python object until it ends. */
     PyObject *record;
     uint64_t number;     /* the counter part of the flow id: unique in the table, never reused */
     struct Flow *inext;  /* chain of the id index */
-    /* The payload samples of a flow that is not DNS, kept here as FlowRecord.samples entries of
-     * proto/flow_record.proto (written into the record as `sample_wire`): no Python object per packet. */
+    /* The payload samples and DNS messages of a flow that is not ICMP, kept here as FlowRecord.samples and
+     * FlowRecord.dns entries of proto/flow_record.proto (written into the record as `kept_wire`): no Python
+     * object per packet. */
     uint8_t *sw;
     size_t sw_len, sw_cap;
 } Flow;
@@ -657,6 +659,9 @@ typedef struct {
     size_t prefix_len;
     uint64_t next_number;
     int ended_as_wire; /* flows Python never held end as WireFlow, not FlowRecord */
+    uint32_t dns_cap;  /* DNS messages a flow keeps; a flow that holds this many ends (dns_full) */
+    DnsWire parsed;    /* the DNS message of the packet at hand (a buffer reused for every packet) */
+    PyObject *answers; /* list of (agent_id, DnsMessage bytes): the DNS responses of the call under way */
     WireReader *reader; /* owned, for the table's life; what add_wire parses with (NULL: add_packets only) */
     uint64_t touches;   /* packets accounted so far: every flow's `touched` comes from it */
     Py_ssize_t snapshot_visited; /* flows the last snapshot looked at (a check for tests) */
@@ -827,7 +832,7 @@ static int sync_record(Flow *f)
         PyObject *wire = PyBytes_FromStringAndSize((const char *)f->sw, (Py_ssize_t)f->sw_len);
         if (wire == NULL)
             return -1;
-        int rc = PyObject_SetAttr(r, attr_strings[A_SAMPLE_WIRE], wire);
+        int rc = PyObject_SetAttr(r, attr_strings[A_KEPT_WIRE], wire);
         Py_DECREF(wire);
         if (rc < 0)
             return -1;
@@ -836,7 +841,7 @@ static int sync_record(Flow *f)
 }
 
 /* FlowRecord's leading fields, in its order: what build_record passes (positionally, in one call). Exported as
- * RECORD_FIELDS; a test holds them against the dataclass. `sample_wire` goes by keyword. */
+ * RECORD_FIELDS; a test holds them against the dataclass. `kept_wire` goes by keyword. */
 enum {
     RF_FLOW_ID, RF_AGENT_ID, RF_PROTOCOL, RF_TRANSPORT, RF_LOCAL_IP, RF_LOCAL_PORT, RF_REMOTE_IP, RF_REMOTE_PORT,
     RF_FIRST, RF_LAST, RF_PK_OUT, RF_PK_IN, RF_BY_OUT, RF_BY_IN, RF_PB_OUT, RF_PB_IN, RF_FLAGS, RF_PID, RF_NAME,
@@ -847,7 +852,7 @@ static const char *const RECORD_FIELD_NAMES[RF_COUNT] = {
     "first_ns", "last_ns", "packets_out", "packets_in", "bytes_out", "bytes_in", "payload_bytes_out",
     "payload_bytes_in", "tcp_flags", "pid", "process_name", "end_reason",
 };
-static PyObject *sample_wire_kwnames; /* ("sample_wire",) */
+static PyObject *kept_wire_kwnames; /* ("kept_wire",) */
 
 /* The flow's id: the table's prefix, then its number as at least 12 lowercase hex digits (FlowIds' format). */
 static PyObject *flow_id_of(FlowTable *t, uint64_t number)
@@ -886,7 +891,7 @@ static PyObject *build_record(FlowTable *t, Flow *f, PyObject *reason)
     PyObject *kwnames = NULL;
     if (f->sw_len) {
         args[RF_COUNT] = PyBytes_FromStringAndSize((const char *)f->sw, (Py_ssize_t)f->sw_len);
-        kwnames = sample_wire_kwnames;
+        kwnames = kept_wire_kwnames;
     }
     PyObject *record = NULL;
     int ok = 1;
@@ -951,8 +956,27 @@ static inline uint8_t *put_bytes_field(uint8_t *o, int field, const void *data, 
     return o + len;
 }
 
-/* Append one payload sample to the flow's `samples` entries, its payload cut to sample_bytes. */
-static int keep_sample(FlowTable *t, Flow *f, const Pkt *p)
+/* Room for `need` more bytes at the end of the flow's kept entries. */
+static int kept_reserve(Flow *f, size_t need)
+{
+    if (f->sw_len + need <= f->sw_cap)
+        return 0;
+    size_t cap = f->sw_cap ? f->sw_cap * 2 : 256;
+    while (cap < f->sw_len + need)
+        cap *= 2;
+    uint8_t *grown = PyMem_Realloc(f->sw, cap);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    f->sw = grown;
+    f->sw_cap = cap;
+    return 0;
+}
+
+/* Append one payload sample to the flow's `samples` entries, its payload cut to sample_bytes; `dns_index` is
+ * 1 + the index of its DNS message among the flow's `dns` entries (0: none). */
+static int keep_sample(FlowTable *t, Flow *f, const Pkt *p, uint32_t dns_index)
 {
     Py_ssize_t name_len = 0;
     const char *name = PyUnicode_AsUTF8AndSize(p->name, &name_len);
@@ -962,20 +986,10 @@ static int keep_sample(FlowTable *t, Flow *f, const Pkt *p)
     size_t body = varint_field_size(S_TIMESTAMP, (uint64_t)p->ts) + varint_field_size(S_DIRECTION, p->direction) +
                   varint_field_size(S_SIZE, p->size) + bytes_field_size(S_PAYLOAD, payload_len) +
                   varint_field_size(S_TCP_FLAGS, p->flags) + varint_field_size(S_PID, p->pid) +
-                  bytes_field_size(S_PROCESS_NAME, (size_t)name_len);
+                  bytes_field_size(S_PROCESS_NAME, (size_t)name_len) + varint_field_size(S_DNS_INDEX, dns_index);
     size_t need = varint_size(((uint64_t)S_RECORD_SAMPLES << 3) | 2) + varint_size(body) + body;
-    if (f->sw_len + need > f->sw_cap) {
-        size_t cap = f->sw_cap ? f->sw_cap * 2 : 256;
-        while (cap < f->sw_len + need)
-            cap *= 2;
-        uint8_t *grown = PyMem_Realloc(f->sw, cap);
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        f->sw = grown;
-        f->sw_cap = cap;
-    }
+    if (kept_reserve(f, need) < 0)
+        return -1;
     uint8_t *o = f->sw + f->sw_len;
     o = put_varint(o, ((uint64_t)S_RECORD_SAMPLES << 3) | 2);
     o = put_varint(o, body);
@@ -986,7 +1000,58 @@ static int keep_sample(FlowTable *t, Flow *f, const Pkt *p)
     o = put_varint_field(o, S_TCP_FLAGS, p->flags);
     o = put_varint_field(o, S_PID, p->pid);
     o = put_bytes_field(o, S_PROCESS_NAME, name, (size_t)name_len);
+    o = put_varint_field(o, S_DNS_INDEX, dns_index);
     f->sw_len = (size_t)(o - f->sw);
+    return 0;
+}
+
+/* A packet of a DNS flow (port 53, not ICMP) with a payload: its message parsed in C (dns_wire.h, held equal to
+ * appliance.flows.dns by tests/appliance/native/test_dns_wire.py) and kept as a FlowRecord.dns entry, responses
+ * also queued for the resolver cache, the packet kept as a sample while the flow's budget lasts. *full is set
+ * when the flow now holds dns_cap messages: it ends, and the socket's next queries start a new record. */
+static int keep_dns(FlowTable *t, Flow *f, const Pkt *p, int sample, int *full)
+{
+    uint32_t dns_index = 0;
+    /* The message is read as the Python path did: TCP with its length prefix; UDP, and any other protocol's
+     * port-53 packet that is not kept as a sample, without. */
+    int tcp = p->protocol == 6;
+    if (tcp || p->protocol == 17 || !sample) {
+        DnsWire *w = &t->parsed;
+        w->len = 0;
+        const uint8_t *payload = (const uint8_t *)p->payload;
+        int rc = tcp ? dns_to_wire_tcp(payload, (size_t)p->payload_len, (uint64_t)p->ts, w)
+                     : dns_to_wire(payload, (size_t)p->payload_len, (uint64_t)p->ts, w);
+        if (rc == DNS_WIRE_NOMEM) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (rc == DNS_WIRE_OK) {
+            if (w->is_response) {
+                PyObject *item = Py_BuildValue("(Oy#)", f->agent->id, (const char *)w->data, (Py_ssize_t)w->len);
+                int bad = item == NULL || PyList_Append(t->answers, item) < 0;
+                Py_XDECREF(item);
+                if (bad)
+                    return -1;
+            }
+            if (f->dns < t->dns_cap) {
+                if (dns_wire_frame(w, 0, S_RECORD_DNS) < 0) {
+                    PyErr_NoMemory();
+                    return -1;
+                }
+                if (kept_reserve(f, w->len) < 0)
+                    return -1;
+                memcpy(f->sw + f->sw_len, w->data, w->len);
+                f->sw_len += w->len;
+                dns_index = ++f->dns;
+            }
+        }
+    }
+    if (sample) {
+        if (keep_sample(t, f, p, dns_index) < 0)
+            return -1;
+        f->samples++;
+    }
+    *full = f->dns >= t->dns_cap;
     return 0;
 }
 
@@ -1309,13 +1374,19 @@ static int track(void *ctx, Pkt *p)
     }
     if (p->payload_len) {
         int sample = f->samples < t->samples_cap;
-        /* ICMP samples also go to Python: their IcmpInfo is read from the whole payload, before the cut. */
-        if (sample && !is_dns && p->protocol != 1) {
-            if (keep_sample(t, f, p) < 0)
+        if (p->protocol != 1 && is_dns) {
+            int full;
+            if (keep_dns(t, f, p, sample, &full) < 0)
+                return -1;
+            if (full)
+                return end_flow(t, f, end_strings[E_FULL]);
+        } else if (sample && p->protocol != 1) {
+            if (keep_sample(t, f, p, 0) < 0)
                 return -1;
             f->samples++;
         } else if (sample || is_dns) {
-            /* Kept packets (samples, DNS) are parsed and stored by Python; it says when a DNS
+            /* ICMP flows' kept packets go to Python: IcmpInfo is read from the whole payload, before the cut
+             * (and a port-53 ICMP packet's bytes are read as DNS there, as before). Python says when a DNS
              * flow is full, so that its socket's next queries start a new record. */
             if (f->record == NULL && (f->record = build_record(t, f, empty_string)) == NULL)
                 return -1;
@@ -1480,6 +1551,16 @@ static PyObject *table_take_ended(FlowTable *self, PyObject *unused)
         return NULL;
     self->ended = fresh;
     return ended;
+}
+
+static PyObject *table_take_answers(FlowTable *self, PyObject *unused)
+{
+    PyObject *answers = self->answers;
+    PyObject *fresh = PyList_New(0);
+    if (fresh == NULL)
+        return NULL;
+    self->answers = fresh;
+    return answers;
 }
 
 static PyObject *table_stream_opened(FlowTable *self, PyObject *agent_id)
@@ -1674,19 +1755,24 @@ static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"idle_ns", "active_ns", "dns_active_ns", "max_flows", "samples_per_flow",
                              "factory", "keep", "max_flows_per_agent", "reader", "sample_bytes", "transports",
-                             "id_prefix", "ended_as_wire", NULL};
+                             "id_prefix", "ended_as_wire", "dns_per_flow", NULL};
     long long idle[NCLS], active, dns_active;
     Py_ssize_t max_flows, samples, max_per_agent = 0, sample_bytes = 2048, prefix_len = 0;
     PyObject *factory, *keep, *reader = Py_None, *transports = NULL;
     const char *prefix = "";
     int ended_as_wire = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO|n$OnO!s#p", kwlist, &idle[0], &idle[1], &idle[2],
+    Py_ssize_t dns_cap = 64;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO|n$OnO!s#pn", kwlist, &idle[0], &idle[1], &idle[2],
                                      &idle[3], &idle[4], &active, &dns_active, &max_flows, &samples, &factory, &keep,
                                      &max_per_agent, &reader, &sample_bytes, &PyTuple_Type, &transports, &prefix,
-                                     &prefix_len, &ended_as_wire))
+                                     &prefix_len, &ended_as_wire, &dns_cap))
         return -1;
     if (transports == NULL || PyTuple_GET_SIZE(transports) != 256) {
         PyErr_SetString(PyExc_TypeError, "transports must be a tuple of 256: the transport of each IP protocol");
+        return -1;
+    }
+    if (dns_cap < 1 || dns_cap > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "dns_per_flow must be at least 1 and a 32-bit count");
         return -1;
     }
     if (prefix_len > 32) {
@@ -1735,6 +1821,10 @@ static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
     self->prefix_len = (size_t)prefix_len;
     self->next_number = 1;
     self->ended_as_wire = ended_as_wire;
+    self->dns_cap = (uint32_t)dns_cap;
+    self->answers = PyList_New(0);
+    if (self->answers == NULL)
+        return -1;
     self->agents = PyDict_New();
     self->ended = PyList_New(0);
     if (self->buckets == NULL || self->ids == NULL || self->agents == NULL || self->ended == NULL) {
@@ -1760,6 +1850,7 @@ static int table_traverse(FlowTable *self, visitproc visit, void *arg)
     Py_VISIT(self->ended);
     Py_VISIT(self->agents);
     Py_VISIT(self->transports);
+    Py_VISIT(self->answers);
     for (Agent *a = self->first_agent; a; a = a->next)
         for (int c = 0; c < NCLS; c++)
             for (Flow *f = a->head[c]; f; f = f->next)
@@ -1772,6 +1863,7 @@ static int table_clear(FlowTable *self)
     Py_CLEAR(self->factory);
     Py_CLEAR(self->keep);
     Py_CLEAR(self->transports);
+    Py_CLEAR(self->answers);
     return 0;
 }
 
@@ -1799,6 +1891,7 @@ static void table_dealloc(FlowTable *self)
     }
     PyMem_Free(self->buckets);
     PyMem_Free(self->ids);
+    dns_wire_free(&self->parsed);
     Py_CLEAR(self->agents);
     Py_CLEAR(self->ended);
     Py_CLEAR(self->reader);
@@ -1806,6 +1899,7 @@ static void table_dealloc(FlowTable *self)
 }
 
 static PyObject *table_get_count(FlowTable *self, void *closure) { return PyLong_FromSsize_t(self->count); }
+static PyObject *table_get_answers(FlowTable *self, void *closure) { return Py_NewRef(self->answers); }
 static PyObject *table_get_created(FlowTable *self, void *closure) { return PyLong_FromUnsignedLongLong(self->created); }
 static PyObject *table_get_expired(FlowTable *self, void *closure) { return PyLong_FromUnsignedLongLong(self->expired); }
 static PyObject *table_get_evicted(FlowTable *self, void *closure) { return PyLong_FromUnsignedLongLong(self->evicted); }
@@ -1842,6 +1936,8 @@ static PyMethodDef table_methods[] = {
     {"add_wire", (PyCFunction)table_add_wire, METH_VARARGS,
      "add_wire(agent_id, data, batched, now_ns) -> (accepted, rejected), parsed by the table's reader"},
     {"take_ended", (PyCFunction)table_take_ended, METH_NOARGS, "the records ended since the last call"},
+    {"take_answers", (PyCFunction)table_take_answers, METH_NOARGS,
+     "the DNS responses seen since the last call: (agent_id, serialized sensor.flows.DnsMessage)"},
     {"stream_opened", (PyCFunction)table_stream_opened, METH_O, NULL},
     {"stream_closed", (PyCFunction)table_stream_closed, METH_O, NULL},
     {"flush_all", (PyCFunction)table_flush_all, METH_O, "flush_all(reason)"},
@@ -1854,6 +1950,8 @@ static PyMethodDef table_methods[] = {
 
 static PyGetSetDef table_getset[] = {
     {"count", (getter)table_get_count, NULL, "live flows", NULL},
+    {"answers", (getter)table_get_answers, NULL,
+     "the DNS responses of the call under way (the keep callback appends the ones it parses)", NULL},
     {"created", (getter)table_get_created, NULL, NULL, NULL},
     {"expired", (getter)table_get_expired, NULL, NULL, NULL},
     {"evicted", (getter)table_get_evicted, NULL, NULL, NULL},
@@ -1870,7 +1968,8 @@ static PyTypeObject FlowTableType = {
     .tp_basicsize = sizeof(FlowTable),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "FlowTable(idle_ns, active_ns, dns_active_ns, max_flows, samples_per_flow, factory, keep, "
-              "max_flows_per_agent=0, *, reader=None, sample_bytes=2048, transports, id_prefix='', ended_as_wire=False)",
+              "max_flows_per_agent=0, *, reader=None, sample_bytes=2048, transports, id_prefix='', ended_as_wire=False, "
+              "dns_per_flow=64)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)table_init,
     .tp_dealloc = (destructor)table_dealloc,
@@ -1992,8 +2091,9 @@ static int export_names(PyObject *m)
     if (fields == NULL || add_owned(m, "WIRE_FIELDS", fields) < 0)
         return -1;
     PyObject *sample_fields = Py_BuildValue(
-        "{sisisisisisisisi}", "timestamp_ns", S_TIMESTAMP, "direction", S_DIRECTION, "size", S_SIZE, "payload", S_PAYLOAD,
-        "tcp_flags", S_TCP_FLAGS, "pid", S_PID, "process_name", S_PROCESS_NAME, "samples", S_RECORD_SAMPLES);
+        "{sisisisisisisisisisi}", "timestamp_ns", S_TIMESTAMP, "direction", S_DIRECTION, "size", S_SIZE, "payload",
+        S_PAYLOAD, "tcp_flags", S_TCP_FLAGS, "pid", S_PID, "process_name", S_PROCESS_NAME, "dns_index", S_DNS_INDEX,
+        "samples", S_RECORD_SAMPLES, "dns", S_RECORD_DNS);
     if (sample_fields == NULL || add_owned(m, "SAMPLE_FIELDS", sample_fields) < 0)
         return -1;
     PyObject *record_fields = Py_BuildValue(
@@ -2027,7 +2127,7 @@ PyMODINIT_FUNC PyInit_fastpath(void)
             return NULL;
     if ((empty_string = PyUnicode_InternFromString("")) == NULL)
         return NULL;
-    if ((sample_wire_kwnames = Py_BuildValue("(s)", "sample_wire")) == NULL)
+    if ((kept_wire_kwnames = Py_BuildValue("(s)", "kept_wire")) == NULL)
         return NULL;
     if (PyType_Ready(&WireReaderType) < 0 || PyType_Ready(&FlowTableType) < 0 || PyType_Ready(&WireFlowType) < 0)
         return NULL;

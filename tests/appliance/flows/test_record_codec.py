@@ -68,7 +68,7 @@ def test_records_the_flow_table_wrote_in_c_decode_to_the_records_python_would_ha
     expanded = flows_of(*streams)
     wire_flows = [f for f in as_wire if isinstance(f, WireFlow)]
     held = [f for f in as_wire if isinstance(f, FlowRecord)]  # DNS and ICMP flows: Python kept their packets
-    assert wire_flows and held and not any(f.sample_wire for f in expanded)
+    assert wire_flows and held and not any(f.kept_wire for f in expanded)
     assert all(f.entry and f.flow_id and f.agent_id and f.last_ns for f in wire_flows)
     assert record_codec.decode(record_codec.encode(as_wire)) == expanded  # mixed runs keep their order
     assert [record_codec.expanded(record_codec.record_of(f)) for f in as_wire] == expanded

@@ -181,7 +181,7 @@ class FlowScenario:
             self.timeouts = FlowTimeouts(*(rng.choice([0, 0.2, 1, 2]) for _ in range(5)),
                                          active=rng.choice([0, 0.4, 20]), dns_active=rng.choice([0, 1, 5]))
             self.limits = FlowLimits(max_flows=rng.choice([1, 2, 3]), samples_per_flow=rng.choice([0, 1, 5]),
-                                     sample_bytes=rng.choice([0, 1, 16]), dns_per_flow=rng.choice([0, 1, 2]))
+                                     sample_bytes=rng.choice([0, 1, 16]), dns_per_flow=rng.choice([1, 2]))
         self.convert_limits = ConvertLimits(max_payload_bytes=rng.choice([24, 65535]))
         self.agents = AGENTS[:rng.randint(1, 4)]
         self.time_ms = {a: BASE_MS + rng.randrange(0, 50) * GRID_MS for a in self.agents}

@@ -62,7 +62,7 @@ def test_record_wire_fields_written_from_c_are_the_contracts() -> None:
 
 
 def test_record_fields_built_from_c_are_flow_records_leading_fields_in_order() -> None:
-    # The table builds a FlowRecord with one positional call of these fields (and sample_wire by keyword).
+    # The table builds a FlowRecord with one positional call of these fields (and kept_wire by keyword).
     names = [f.name for f in dataclasses.fields(FlowRecord)]
     assert list(fastpath.RECORD_FIELDS) == names[: len(fastpath.RECORD_FIELDS)]
-    assert "sample_wire" in names
+    assert "kept_wire" in names
