@@ -913,25 +913,9 @@ static PyObject *flow_record(FlowTable *t, Flow *f)
 }
 
 /* -- writing samples as protobuf ----------------------------------------------------------- */
-static inline size_t varint_size(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static inline uint8_t *put_varint(uint8_t *o, uint64_t v)
-{
-    while (v >= 0x80) {
-        *o++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *o++ = (uint8_t)v;
-    return o;
-}
+/* The varint writers are dns_wire.h's (it is self-contained; this file writes with the same two). */
+static inline size_t varint_size(uint64_t v) { return dnsw_varint_size(v); }
+static inline uint8_t *put_varint(uint8_t *o, uint64_t v) { return dnsw_put_varint(o, v); }
 
 /* proto3: a zero scalar is not written */
 static inline size_t varint_field_size(int field, uint64_t v) { return v ? varint_size((uint64_t)field << 3) + varint_size(v) : 0; }
