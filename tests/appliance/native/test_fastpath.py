@@ -12,9 +12,13 @@ import weakref
 
 import pytest
 
-from appliance.flows.tracker import FlowLimits, FlowTracker
+from appliance.flows import record_codec
+from appliance.flows.record_codec import expanded
+from appliance.flows.tracker import FlowIds, FlowLimits, FlowTracker
 from appliance.generated import sensor_pb2
 from appliance.ingest.convert import PacketConverter
+from appliance.model import FlowRecord
+from appliance.native.fastpath import WireFlow
 from tests.appliance import wire
 
 BASE_MS = 1_700_000_000_000
@@ -89,6 +93,54 @@ def test_find_by_id_gives_the_live_flow_with_current_counters_and_forgets_ended_
     assert all(tracker.find(r.flow_id) is None for r in records) and tracker.find("nope") is None
 
 
+def test_find_takes_only_the_canonical_spelling_of_a_live_flows_id():
+    tracker = FlowTracker(lambda ended: None, flow_ids=FlowIds("0badc0de"), reader=PacketConverter().wire)
+    tracker.add_wire("a", batch(3), True, NOW_NS)
+    wanted = tracker.snapshot(limit=1)[0].flow_id
+    assert wanted.startswith("0badc0de") and tracker.find(wanted) is not None
+    counter = wanted[8:]
+    for other in (wanted.upper(), "0badc0de0" + counter, "feedface" + counter, wanted[:-1], wanted + "0",
+                  "0badc0de" + "g" * 12, "", "0badc0de", wanted + "\x00", "0badc0de" + "f" * 17, "é" * 20):
+        assert tracker.find(other) is None, other
+    with pytest.raises(TypeError):
+        tracker._table.find(b"0badc0de000000000001")
+
+
+def test_the_id_index_follows_the_table_as_it_grows_and_shrinks():
+    expired: list = []
+    tracker = FlowTracker(expired.extend, reader=PacketConverter().wire)
+    for i in range(12):  # 3,072 flows: the table (and its id index) grows from 1,024 buckets twice
+        tracker.add_wire("a", batch(256, start=i * 256, remote_base=i * 256), True, NOW_NS)
+    live = tracker.snapshot(limit=10**6)
+    assert len(live) == 3072 and all(tracker.find(r.flow_id) == r for r in live[::97])
+    tracker.stream_opened("a")
+    tracker.stream_closed("a")  # every flow ends
+    assert len(expired) == 3072 and all(tracker.find(r.flow_id) is None for r in live[::97])
+
+
+def _flow_records_alive() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is FlowRecord)
+
+
+def test_a_flow_only_c_touches_has_no_python_object_until_it_is_listed_or_ends():
+    expired: list = []
+    tracker = FlowTracker(expired.extend, reader=PacketConverter().wire, ended_as_wire=True)
+    before = _flow_records_alive()
+    tracker.add_wire("a", batch(500), True, NOW_NS)
+    assert tracker.active_flows == 500 and _flow_records_alive() == before
+    listed = tracker.snapshot(limit=7)  # the table makes the records of the flows it lists...
+    assert _flow_records_alive() >= before + 7
+    tracker.flush_all()
+    # ...which end as the records Python holds; the others end as WireFlows, their records encoded in C.
+    held = [f for f in expired if isinstance(f, FlowRecord)]
+    wire_flows = [f for f in expired if isinstance(f, WireFlow)]
+    assert {f.flow_id for f in held} == {f.flow_id for f in listed} and len(wire_flows) == 493
+    decoded = {r.flow_id: r for r in record_codec.decode(record_codec.encode(expired))}
+    assert all(decoded[f.flow_id] == expanded(f) for f in held)
+    assert all(decoded[f.flow_id].end_reason == "shutdown" and decoded[f.flow_id].packets_out == 1 for f in wire_flows)
+
+
 def test_ended_flows_are_handed_over_even_when_the_resolver_cache_fails():
     def failing_resolver_cache(agent_id, message):
         raise RuntimeError("resolver cache broke")
@@ -156,8 +208,9 @@ def test_streams_of_several_threads_are_counted_exactly():
     assert sum(f.packets_out for f in expired) == 4 * 30 * 200
 
 
-def test_steady_ingestion_does_not_leak():
-    tracker = FlowTracker(lambda ended: None, reader=PacketConverter().wire)
+@pytest.mark.parametrize("ended_as_wire", [False, True])
+def test_steady_ingestion_does_not_leak(ended_as_wire: bool):
+    tracker = FlowTracker(lambda ended: None, reader=PacketConverter().wire, ended_as_wire=ended_as_wire)
     batches = [batch(256, start=i * 256, remote_base=i * 256) for i in range(20)]
 
     def round_() -> None:
