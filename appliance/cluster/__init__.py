@@ -26,5 +26,5 @@ def sink_for(settings: Settings, stores: DetectionStores, on_drop: Callable[[str
     if role == "manager":
         from appliance.cluster.manager import ManagerSink
 
-        return ManagerSink(settings, stores.alerts)
+        return ManagerSink(settings, stores)
     raise ValueError(f"cluster.role {role!r} has no analysis sink")

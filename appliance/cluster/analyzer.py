@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.cluster import bus
+from appliance.cluster import bus, shared_config
 from appliance.cluster.prevalence import SharedPrevalence
 from appliance.config import Settings
 from appliance.detection.alert import Alert
@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 READ_COUNT = 16  # entries per partition per read (an entry holds up to 256 flows)
 BLOCK_MS = 200
+CONFIG_CHECK_SECONDS = 1.0  # how often the version of the manager's shared settings is read (one GET)
 BACKOFF = (0.5, 5.0)
 
 _ALERT_FIELDS = tuple(f.name for f in dataclasses.fields(Alert))  # shallow: json.dumps walks the rest
@@ -103,6 +104,9 @@ class Analyzer:
         self.partitions_released = 0
         self.baselines_restored = 0
         self.checkpoints_written = 0
+        self.config_version = 0  # the manager's shared analysis settings in use here (0: none yet)
+        self.config_refused = 0  # shared settings documents refused (they keep what they had)
+        self._next_config_check = 0.0
         self.fatal = ""  # why the analyzer gave up (a configuration that disagrees with the cluster's)
 
     def _on_alert(self, event: str, alert: Alert) -> None:
@@ -148,7 +152,8 @@ class Analyzer:
                 "commits_fenced": self.commits_fenced, "entries_refused": self.entries_refused,
                 "partitions_owned": len(self.owned), "partitions_taken": self.partitions_taken,
                 "partitions_released": self.partitions_released, "baselines_restored": self.baselines_restored,
-                "checkpoints_written": self.checkpoints_written, "prevalence_errors": self.prevalence.errors}
+                "checkpoints_written": self.checkpoints_written, "prevalence_errors": self.prevalence.errors,
+                "config_version": self.config_version, "config_refused": self.config_refused}
 
     # -- the loop -------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -159,6 +164,9 @@ class Analyzer:
             try:
                 self._connect()
                 now = time.monotonic()
+                if now >= self._next_config_check:
+                    self._sync_config()
+                    self._next_config_check = now + CONFIG_CHECK_SECONDS
                 if now >= self._next_lease:
                     self._leases()
                 if now >= next_checkpoint:
@@ -187,6 +195,24 @@ class Analyzer:
             except Exception:
                 log.exception("cluster: analyzer loop failed; going on")
                 self._stop.wait(0.5)
+
+    def _sync_config(self) -> None:
+        """Take the manager's analysis settings when their version moved (shared_config)."""
+        raw = self._client.get(shared_config.VERSION)
+        version = int(raw) if raw is not None and raw.isdigit() else 0
+        if version == self.config_version:
+            return
+        try:
+            documents = shared_config.parse(self._client.hgetall(shared_config.CONFIG))
+        except shared_config.ConfigRefused as err:
+            self.config_refused += 1
+            log.error("cluster: the manager's analysis settings (version %d) refused: %s; keeping version %d",
+                      version, err, self.config_version)
+        else:
+            shared_config.apply(self.stores, *documents)
+            log.info("cluster: analysis settings of the manager in use (version %d, %d exclusions)",
+                     version, len(documents[2]))
+        self.config_version = version  # a refused version is not read again; the next one is
 
     def _connect(self) -> Any:
         if self._client is None:

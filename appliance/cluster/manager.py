@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from appliance.cluster import bus
+from appliance.cluster import bus, shared_config
 from appliance.config import Settings
 from appliance.detection.alert import MAX_DETECTIONS_KEPT, Alert
-from appliance.detection.alert_store import AlertStore
 from appliance.model import Category, DnsMessage, FlowRecord, Severity
+
+if TYPE_CHECKING:
+    from appliance.app import DetectionStores
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +110,15 @@ class ManagerSink:
     flows_dropped = 0
     dropped_by_agent: dict[str, int] = {}
 
-    def __init__(self, settings: Settings, store: AlertStore) -> None:
+    def __init__(self, settings: Settings, stores: DetectionStores) -> None:
         self._cluster = settings.cluster
-        self._store = store
+        self._stores = stores
+        self._store = stores.alerts
+        # The analysis config, exclusions and console settings go to the analyzers (shared_config) when the
+        # manager connects and after every REST change of them (reload(), from the server's listeners).
+        self._publish = threading.Event()
+        self.config_version = 0
+        self.config_publish_errors = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: Any = None
@@ -129,7 +137,9 @@ class ManagerSink:
         pass
 
     def reload(self) -> None:
-        pass
+        """A REST change of what steers analysis: published to the analyzers by the consumer thread, within
+        one read of the alert streams (BLOCK_MS), so that a REST request never waits on Redis."""
+        self._publish.set()
 
     def counter(self, name: str) -> int:
         return 0
@@ -141,7 +151,8 @@ class ManagerSink:
         return {"mode": self.mode, "running": self._client is not None, "pid": 0, "restarts": 0, "flows_lost": 0,
                 "dns_dropped": 0, "flows_not_analysed": 0,
                 "cluster": {"alerts_consumed": self.alerts_consumed, "alerts_refused": self.alerts_refused,
-                            "redis_errors": self.redis_errors}}
+                            "redis_errors": self.redis_errors, "config_version": self.config_version,
+                            "config_publish_errors": self.config_publish_errors}}
 
     def spawn(self) -> None:
         pass
@@ -177,6 +188,7 @@ class ManagerSink:
                         raise
             self._client = client
             self._pending = True  # events read before a restart and never acknowledged come first
+            self._publish.set()  # analyzers that started before the manager, or with another one, catch up
         return self._client
 
     def _run(self) -> None:
@@ -186,6 +198,15 @@ class ManagerSink:
         while not self._stop.is_set():
             try:
                 client = self._connect()
+                if self._publish.is_set():
+                    self._publish.clear()
+                    try:
+                        self.config_version = shared_config.publish(client, self._stores)
+                    except redis.RedisError:
+                        self._publish.set()  # after the reconnect
+                        self.config_publish_errors += 1
+                        raise
+                    log.info("cluster: analysis settings published to the analyzers (version %d)", self.config_version)
                 cursor = "0" if self._pending else ">"
                 streams = {bus.alerts_key(p): cursor for p in range(self._cluster.partitions)}
                 reply = client.xreadgroup(bus.MANAGER_GROUP, "manager", streams, count=READ_COUNT,

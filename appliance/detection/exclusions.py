@@ -182,6 +182,14 @@ class ExclusionStore:
         self._changed()
         return bool(deleted)
 
+    def replace_all(self, entries: list[Exclusion]) -> None:
+        """Hold exactly `entries` (a cluster analyzer taking the manager's exclusions), in one transaction."""
+        with self._db.lock, self._db.conn:
+            self._db.conn.execute("DELETE FROM exclusions")
+            self._db.conn.executemany("INSERT INTO exclusions VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                      [tuple(asdict(e).values()) for e in entries])
+        self._changed()
+
     def blanket(self) -> list[Exclusion]:
         """The active blanket entries (confirmed ones, and any stored before confirmation existed)."""
         return [e for e in self._compiled.entries if is_blanket(e.kind, e.value, self._suffixes)]
