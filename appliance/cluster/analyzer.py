@@ -106,6 +106,9 @@ class Analyzer:
         self.checkpoints_written = 0
         self.config_version = 0  # the manager's shared analysis settings in use here (0: none yet)
         self.config_refused = 0  # shared settings documents refused (they keep what they had)
+        self._triage_id = b"0"  # the last cluster:triage entry taken (from the start: what is left of it)
+        self.triage_taken = 0  # statuses the manager's analysts set, set here too
+        self.triage_refused = 0  # cluster:triage entries that were not an alert id and a status
         self._next_config_check = 0.0
         self.fatal = ""  # why the analyzer gave up (a configuration that disagrees with the cluster's)
 
@@ -153,7 +156,8 @@ class Analyzer:
                 "partitions_owned": len(self.owned), "partitions_taken": self.partitions_taken,
                 "partitions_released": self.partitions_released, "baselines_restored": self.baselines_restored,
                 "checkpoints_written": self.checkpoints_written, "prevalence_errors": self.prevalence.errors,
-                "config_version": self.config_version, "config_refused": self.config_refused}
+                "config_version": self.config_version, "config_refused": self.config_refused,
+                "triage_taken": self.triage_taken, "triage_refused": self.triage_refused}
 
     # -- the loop -------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -166,6 +170,7 @@ class Analyzer:
                 now = time.monotonic()
                 if now >= self._next_config_check:
                     self._sync_config()
+                    self._sync_triage()
                     self._next_config_check = now + CONFIG_CHECK_SECONDS
                 if now >= self._next_lease:
                     self._leases()
@@ -213,6 +218,22 @@ class Analyzer:
             log.info("cluster: analysis settings of the manager in use (version %d, %d exclusions)",
                      version, len(documents[2]))
         self.config_version = version  # a refused version is not read again; the next one is
+
+    def _sync_triage(self) -> None:
+        """Set on this analyzer's alerts the statuses the manager's analysts set (shared_config.TRIAGE)."""
+        reply = self._client.xread({shared_config.TRIAGE: self._triage_id}, count=1000)
+        for _, entries in reply or []:
+            for entry_id, fields in entries:
+                self._triage_id = entry_id
+                try:
+                    alert_id, status = shared_config.parse_triage(fields)
+                except shared_config.ConfigRefused as err:
+                    self.triage_refused += 1
+                    log.warning("cluster: triage entry %r refused: %s", entry_id, err)
+                    continue
+                self.stores.alerts.take_status(alert_id, status)
+                self.triage_taken += 1
+        self.stores.alerts.commit()
 
     def _connect(self) -> Any:
         if self._client is None:

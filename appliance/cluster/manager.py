@@ -119,6 +119,7 @@ class ManagerSink:
         self._publish = threading.Event()
         self.config_version = 0
         self.config_publish_errors = 0
+        self.triage_published = 0  # triage changes sent to the analyzers (cluster:triage)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._client: Any = None
@@ -152,7 +153,8 @@ class ManagerSink:
                 "dns_dropped": 0, "flows_not_analysed": 0,
                 "cluster": {"alerts_consumed": self.alerts_consumed, "alerts_refused": self.alerts_refused,
                             "redis_errors": self.redis_errors, "config_version": self.config_version,
-                            "config_publish_errors": self.config_publish_errors}}
+                            "config_publish_errors": self.config_publish_errors,
+                            "triage_published": self.triage_published}}
 
     def spawn(self) -> None:
         pass
@@ -207,6 +209,7 @@ class ManagerSink:
                         self.config_publish_errors += 1
                         raise
                     log.info("cluster: analysis settings published to the analyzers (version %d)", self.config_version)
+                self.triage_published += shared_config.publish_triage(client, self._store)
                 cursor = "0" if self._pending else ">"
                 streams = {bus.alerts_key(p): cursor for p in range(self._cluster.partitions)}
                 reply = client.xreadgroup(bus.MANAGER_GROUP, "manager", streams, count=READ_COUNT,

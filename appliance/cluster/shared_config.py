@@ -7,6 +7,10 @@ exclusions, the console settings -- into the hash `cluster:config` and bumps `cl
 start and after every change. Each analyzer reads the version once per loop (one GET) and, when it moved,
 checks the documents, writes them into its own database and uses them, as the analysis process does after a
 reload. A document that does not parse is refused whole, counted and logged; the analyzer keeps what it had.
+
+Triage is the manager's too: every status an analyst sets there (one alert or in bulk) goes to the stream
+`cluster:triage`, and each analyzer sets the same status on its copy of the alert, so that, as standalone, a
+closed alert is never updated again and new detections open a new one.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pydantic import ValidationError
 
 from appliance.cluster.bus import ClusterError
 from appliance.console_settings import ConsoleSettings
+from appliance.detection.alert_query import STATUSES
 from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.exclusions import SCOPES, Exclusion, classify
 
@@ -27,6 +32,9 @@ VERSION = "cluster:config_version"
 FIELDS = ("analysis_config", "console_settings", "exclusions")
 MAX_DOCUMENT_BYTES = 8 << 20  # far above any real config; a bigger one is refused before it is parsed
 MAX_EXCLUSIONS = 100_000
+TRIAGE = "cluster:triage"  # stream of {"i": alert id, "s": status}, one entry per triage change on the manager
+TRIAGE_CURSOR = "cluster:triage_rowid"  # the last alert_history row of the manager's database sent to TRIAGE
+TRIAGE_MAXLEN = 100_000  # an analyzer started later replays what is left of it
 
 
 class ConfigRefused(ClusterError):
@@ -48,6 +56,32 @@ def publish(client: Any, stores: Any) -> int:
     pipe.hset(CONFIG, mapping=documents(stores))
     pipe.incr(VERSION)
     return int(pipe.execute()[1])
+
+
+def publish_triage(client: Any, alerts: Any) -> int:
+    """Send the triage changes recorded since the last call (at most 1,000 a call); how many were sent."""
+    cursor = client.get(TRIAGE_CURSOR)
+    rows = alerts.triage_after(int(cursor) if cursor is not None and cursor.isdigit() else 0)
+    if not rows:
+        return 0
+    pipe = client.pipeline(transaction=True)
+    for _, alert_id, status in rows:
+        pipe.xadd(TRIAGE, {"i": alert_id, "s": status}, maxlen=TRIAGE_MAXLEN, approximate=True)
+    pipe.set(TRIAGE_CURSOR, rows[-1][0])
+    pipe.execute()
+    return len(rows)
+
+
+def parse_triage(fields: dict[bytes, bytes]) -> tuple[str, str]:
+    """(alert id, status) of a `cluster:triage` entry; ConfigRefused when it is not one."""
+    alert_id, status = fields.get(b"i", b""), fields.get(b"s", b"")
+    try:
+        alert_id_text, status_text = alert_id.decode(), status.decode()
+    except UnicodeDecodeError:
+        raise ConfigRefused("a triage entry is not UTF-8") from None
+    if not 0 < len(alert_id_text) <= 64 or status_text not in STATUSES:
+        raise ConfigRefused(f"a triage entry is not an alert id and a status: {alert_id[:70]!r} {status[:30]!r}")
+    return alert_id_text, status_text
 
 
 def parse(fields: dict[bytes, bytes]) -> tuple[AnalysisConfig, ConsoleSettings, list[Exclusion]]:

@@ -180,6 +180,27 @@ class AlertStore:
         self._active = self._count_active()
         return self.get(alert_id)
 
+    def triage_after(self, rowid: int, limit: int = 1000) -> list[tuple[int, str, str]]:
+        """Triage changes recorded after history row `rowid`, oldest first: (rowid, alert id, new status). The
+        cluster's manager passes them on to the analyzers."""
+        with self._db.lock:
+            rows = self._db.conn.execute("SELECT rowid, alert_id, to_status FROM alert_history WHERE rowid > ? "
+                                         "ORDER BY rowid LIMIT ?", (rowid, limit)).fetchall()
+        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+    def take_status(self, alert_id: str, status: str) -> bool:
+        """Set the status the manager's analyst chose (a cluster analyzer; no transition check, no history
+        here: both are the manager's). True when this store holds the alert."""
+        self._open.clear()  # our own writes do not move data_version
+        with self._db.lock:
+            changed = self._db.conn.execute("UPDATE alerts SET status = ? WHERE id = ?", (status, alert_id)).rowcount
+            if not self._batched:
+                self._db.conn.commit()
+            else:
+                self._uncommitted = True
+        self._active = self._count_active()
+        return bool(changed)
+
     def history(self, alert_id: str) -> list[dict[str, Any]]:
         """Triage changes of one alert, oldest first: {at (epoch s), actor, from, to, note}."""
         with self._db.lock:

@@ -1,5 +1,5 @@
-"""The manager's REST changes of what steers analysis (exclusions, console settings, the analysis config) reach
-every analyzer through Redis; documents an analyzer cannot use are refused whole and counted."""
+"""The manager's REST changes of what steers analysis (exclusions, console settings, the analysis config) and its
+triage reach every analyzer through Redis; documents and entries an analyzer cannot use are refused and counted."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from appliance.app import open_stores
 from appliance.cluster import bus, shared_config
 from appliance.cluster.analyzer import Analyzer
+from appliance.detection.alert import Alert
 from appliance.model import Category, Detection, Severity
 from tests.appliance.cluster.conftest import RedisServer
 from tests.conftest import appliance_settings, start_appliance
@@ -141,3 +142,41 @@ def test_an_analyzer_refuses_documents_it_cannot_use_and_keeps_what_it_had(tmp_p
         assert analyzer.stats()["config_refused"] == len(cases) + len(raw_cases)
     finally:
         analyzer.stop()
+
+
+def test_triage_on_the_manager_reaches_the_analyzers_copy_of_the_alert(tmp_path: Path, redis_server: RedisServer,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SENSOR_ADMIN_TOKEN", raising=False)
+    (tmp_path / "manager" / "signatures").mkdir(parents=True)
+    (tmp_path / "analyzer" / "signatures").mkdir(parents=True)
+    cluster = {"redis_url": redis_server.url, "partitions": PARTITIONS}
+    manager = start_appliance(tmp_path / "manager", cluster={"role": "manager", **cluster})
+    analyzer = Analyzer(appliance_settings(tmp_path / "analyzer", cluster={"role": "analyzer", "node_id": "a1", **cluster}))
+    client = redis_server.client()
+    bus.agree_on_layout(client, PARTITIONS)
+    fields = {"id": "alert-1", "agent_id": "agent-1", "indicator": "203.0.113.9", "category": "Beaconing", "severity": 2,
+              "confidence": 0.8, "summary": "s", "first_ns": 1, "last_ns": 2, "status": "New", "detections": [],
+              "detection_count": 1, "created_at": 1.0, "updated_at": 1.0}
+    # The same alert on both sides, as when an analyzer opened it and the manager took its event.
+    analyzer.stores.alerts.save("opened", Alert(**fields))
+    analyzer.stores.alerts.commit()
+    assert analyzer.stores.alerts.find_open("agent-1", "203.0.113.9") is not None
+    client.xadd(bus.alerts_key(0), {"a": json.dumps({"event": "opened", "alert": fields})})
+    for hostile in ({"i": "x" * 65, "s": "Resolved"}, {"i": "alert-1", "s": "Gone"}, {"x": "y"},
+                    {"i": b"\xff\xfe", "s": "New"}):
+        client.xadd(shared_config.TRIAGE, hostile)
+    analyzer.start()
+    try:
+        rest = manager.rest
+        assert wait_for(lambda: rest.get("/api/v1/alerts/alert-1")[0] == 200, timeout=15)
+        assert wait_for(lambda: analyzer.triage_refused == 4, timeout=15)
+        assert rest.post("/api/v1/alerts/alert-1/status", {"status": "Resolved", "note": "false lead"})[0] == 200
+        assert wait_for(lambda: analyzer.stores.alerts.get("alert-1").status == "Resolved", timeout=15)
+        # Closed on the analyzer too: the next detections toward it open a new alert instead of updating this one.
+        assert analyzer.stores.alerts.find_open("agent-1", "203.0.113.9") is None
+        assert analyzer.triage_taken == 1 and analyzer.stats()["triage_refused"] == 4
+        cluster_status = rest.get("/api/v1/metrics")[1]["analysis_worker"]["cluster"]
+        assert cluster_status["triage_published"] == 1
+    finally:
+        analyzer.stop()
+        manager.app.stop()
