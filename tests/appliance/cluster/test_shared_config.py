@@ -32,8 +32,8 @@ def holds_what_was_published(stores: Any, client: Any) -> bool:
     return {k: json.loads(v) for k, v in shared_config.documents(stores).items()} == published
 
 
-def test_the_managers_rest_changes_reach_a_running_analyzer(tmp_path: Path, redis_server: RedisServer,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def manager_and_analyzer(tmp_path: Path, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Analyzer, Any]:
+    """A manager (in this process, its REST on a free port) and an analyzer (not started) on one Redis."""
     monkeypatch.delenv("SENSOR_ADMIN_TOKEN", raising=False)
     (tmp_path / "manager" / "signatures").mkdir(parents=True)
     (tmp_path / "analyzer" / "signatures").mkdir(parents=True)
@@ -42,6 +42,12 @@ def test_the_managers_rest_changes_reach_a_running_analyzer(tmp_path: Path, redi
     analyzer = Analyzer(appliance_settings(tmp_path / "analyzer", cluster={"role": "analyzer", "node_id": "a1", **cluster}))
     client = redis_server.client()
     bus.agree_on_layout(client, PARTITIONS)
+    return manager, analyzer, client
+
+
+def test_the_managers_rest_changes_reach_a_running_analyzer(tmp_path: Path, redis_server: RedisServer,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    manager, analyzer, client = manager_and_analyzer(tmp_path, redis_server, monkeypatch)
     analyzer.start()
     try:
         rest = manager.rest
@@ -146,14 +152,7 @@ def test_an_analyzer_refuses_documents_it_cannot_use_and_keeps_what_it_had(tmp_p
 
 def test_triage_on_the_manager_reaches_the_analyzers_copy_of_the_alert(tmp_path: Path, redis_server: RedisServer,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("SENSOR_ADMIN_TOKEN", raising=False)
-    (tmp_path / "manager" / "signatures").mkdir(parents=True)
-    (tmp_path / "analyzer" / "signatures").mkdir(parents=True)
-    cluster = {"redis_url": redis_server.url, "partitions": PARTITIONS}
-    manager = start_appliance(tmp_path / "manager", cluster={"role": "manager", **cluster})
-    analyzer = Analyzer(appliance_settings(tmp_path / "analyzer", cluster={"role": "analyzer", "node_id": "a1", **cluster}))
-    client = redis_server.client()
-    bus.agree_on_layout(client, PARTITIONS)
+    manager, analyzer, client = manager_and_analyzer(tmp_path, redis_server, monkeypatch)
     fields = {"id": "alert-1", "agent_id": "agent-1", "indicator": "203.0.113.9", "category": "Beaconing", "severity": 2,
               "confidence": 0.8, "summary": "s", "first_ns": 1, "last_ns": 2, "status": "New", "detections": [],
               "detection_count": 1, "created_at": 1.0, "updated_at": 1.0}
