@@ -14,7 +14,7 @@ from dataclasses import replace
 from appliance.errors import ApplianceError
 from appliance.generated import flow_record_pb2 as pb
 from appliance.model import DnsAnswer, DnsMessage, FlowRecord, IcmpInfo, Packet, Transport
-from appliance.native.fastpath import WireFlow
+from appliance.native.fastpath import WireFlow, decode_records
 
 VERSION = 1
 _VERSION_FIELD = pb.FlowRecordBatch(version=VERSION).SerializeToString()
@@ -24,6 +24,8 @@ _VERSION_FIELD = pb.FlowRecordBatch(version=VERSION).SerializeToString()
 EndedFlow = FlowRecord | WireFlow
 
 _TRANSPORTS = {1: Transport.ICMP, 6: Transport.TCP, 17: Transport.UDP}
+# The transport of each IP protocol number, as the C reader looks it up (protocols past 255 are OTHER).
+_TRANSPORT_OF_PROTOCOL = tuple(_TRANSPORTS.get(p, Transport.OTHER) for p in range(256))
 
 
 class RecordError(ApplianceError):
@@ -175,7 +177,19 @@ def _wire_kept(record: FlowRecord) -> tuple[list[DnsMessage], list[Packet]]:
 
 
 def decode(data: bytes) -> list[FlowRecord]:
-    """The records of a serialized FlowRecordBatch; RecordError when it is not one this version reads."""
+    """The records of a serialized FlowRecordBatch; RecordError when it is not one this version reads.
+
+    Read in C (fastpath.decode_records): the same records `_decode_python` makes, field for field, at a
+    fraction of the cost of upb attribute reads and a Python call per record, sample and message.
+    """
+    try:
+        return decode_records(data, FlowRecord, Packet, DnsMessage, DnsAnswer, IcmpInfo, _TRANSPORT_OF_PROTOCOL)
+    except ValueError as err:  # broken encoding, invalid UTF-8 (UnicodeDecodeError), another version
+        raise RecordError(f"not a flow record batch of version {VERSION}: {err}") from None
+
+
+def _decode_python(data: bytes) -> list[FlowRecord]:
+    """`decode` through upb: the reference the C reader is held equal to (tests/appliance/native)."""
     batch = pb.FlowRecordBatch()
     try:
         batch.ParseFromString(data)
