@@ -24,8 +24,8 @@ _VERSION_FIELD = pb.FlowRecordBatch(version=VERSION).SerializeToString()
 EndedFlow = FlowRecord | WireFlow
 
 _TRANSPORTS = {1: Transport.ICMP, 6: Transport.TCP, 17: Transport.UDP}
-# The transport of each IP protocol number, as the C reader looks it up (protocols past 255 are OTHER).
-_TRANSPORT_OF_PROTOCOL = tuple(_TRANSPORTS.get(p, Transport.OTHER) for p in range(256))
+# The transport of each IP protocol number, as the C table and reader look it up (protocols past 255 are OTHER).
+TRANSPORT_OF_PROTOCOL = tuple(_TRANSPORTS.get(p, Transport.OTHER) for p in range(256))
 
 
 class RecordError(ApplianceError):
@@ -183,7 +183,7 @@ def decode(data: bytes) -> list[FlowRecord]:
     fraction of the cost of upb attribute reads and a Python call per record, sample and message.
     """
     try:
-        return decode_records(data, FlowRecord, Packet, DnsMessage, DnsAnswer, IcmpInfo, _TRANSPORT_OF_PROTOCOL)
+        return decode_records(data, FlowRecord, Packet, DnsMessage, DnsAnswer, IcmpInfo, TRANSPORT_OF_PROTOCOL)
     except ValueError as err:  # broken encoding, invalid UTF-8 (UnicodeDecodeError), another version
         raise RecordError(f"not a flow record batch of version {VERSION}: {err}") from None
 

@@ -32,8 +32,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from appliance.flows.packets import RawPacket, dns_message, expand
-from appliance.flows.record_codec import EndedFlow, dns_message_of, expand_samples, expanded
-from appliance.model import DnsMessage, FlowRecord, Transport
+from appliance.flows.record_codec import TRANSPORT_OF_PROTOCOL, EndedFlow, dns_message_of, expand_samples, expanded
+from appliance.model import DnsMessage, FlowRecord
 from appliance.native.fastpath import FlowTable, WireReader
 
 _NS = 1_000_000_000
@@ -125,9 +125,6 @@ def community_id(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) 
     return "1:" + base64.b64encode(flow_hash(protocol, ip_a, port_a, ip_b, port_b)).decode()
 
 
-_TRANSPORTS = {6: Transport.TCP, 17: Transport.UDP, 1: Transport.ICMP}
-# FlowRecord.transport of every IP protocol number, as the C table builds records.
-_TRANSPORT_OF_PROTOCOL = tuple(_TRANSPORTS.get(p, Transport.OTHER) for p in range(256))
 
 
 class FlowTracker:
@@ -170,7 +167,7 @@ class FlowTracker:
             tuple(idle[c] for c in CLASSES), int(self.timeouts.active * _NS), int(self.timeouts.dns_active * _NS),
             self.limits.max_flows, self.limits.samples_per_flow, FlowRecord, self._keep,
             max_flows_per_agent=self.limits.max_flows_per_agent, reader=reader, sample_bytes=self.limits.sample_bytes,
-            transports=_TRANSPORT_OF_PROTOCOL, id_prefix=(flow_ids or FlowIds()).prefix, ended_as_wire=ended_as_wire,
+            transports=TRANSPORT_OF_PROTOCOL, id_prefix=(flow_ids or FlowIds()).prefix, ended_as_wire=ended_as_wire,
             dns_per_flow=self.limits.dns_per_flow,
         )
         self._ended_as_wire = ended_as_wire

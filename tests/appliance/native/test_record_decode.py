@@ -226,16 +226,16 @@ def test_the_c_reader_refuses_with_value_error_and_checks_its_arguments() -> Non
     from appliance.native.fastpath import decode_records
 
     with pytest.raises(ValueError, match="version 2"):
-        decode_records(_tag(1, 0) + _varint(2), *([object()] * 5), record_codec._TRANSPORT_OF_PROTOCOL)
+        decode_records(_tag(1, 0) + _varint(2), *([object()] * 5), record_codec.TRANSPORT_OF_PROTOCOL)
     with pytest.raises(TypeError):
         decode_records(VERSION_1, *([object()] * 5), (Transport.OTHER,))
     with pytest.raises(TypeError):
         decode_records(VERSION_1)
     with pytest.raises(TypeError):
-        decode_records("not bytes", *([object()] * 5), record_codec._TRANSPORT_OF_PROTOCOL)
+        decode_records("not bytes", *([object()] * 5), record_codec.TRANSPORT_OF_PROTOCOL)
     # A factory that fails: its exception comes out, nothing leaks or crashes.
     def broken(*args):
         raise RuntimeError("factory")
     with pytest.raises(RuntimeError, match="factory"):
         decode_records(_batch(_delimited(20, b"")), broken, broken, broken, broken, broken,
-                       record_codec._TRANSPORT_OF_PROTOCOL)
+                       record_codec.TRANSPORT_OF_PROTOCOL)
