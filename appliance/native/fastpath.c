@@ -870,8 +870,7 @@ static PyObject *build_record(FlowTable *t, Flow *f, PyObject *reason)
     args[RF_FLOW_ID] = flow_id_of(t, f->number);
     args[RF_AGENT_ID] = Py_NewRef(f->agent->id);
     args[RF_PROTOCOL] = PyLong_FromUnsignedLong(f->protocol);
-    args[RF_TRANSPORT] = Py_NewRef(PyTuple_GET_ITEM(t->transports, f->protocol < PyTuple_GET_SIZE(t->transports)
-                                                                       ? f->protocol : PyTuple_GET_SIZE(t->transports) - 1));
+    args[RF_TRANSPORT] = Py_NewRef(PyTuple_GET_ITEM(t->transports, f->protocol)); /* 256 items, checked at init */
     args[RF_LOCAL_IP] = PyLong_FromUnsignedLong(f->local_ip);
     args[RF_LOCAL_PORT] = PyLong_FromUnsignedLong(f->local_port);
     args[RF_REMOTE_IP] = PyLong_FromUnsignedLong(f->remote_ip);
