@@ -22,8 +22,11 @@ def test_pms_outage_never_loses_an_arrival(make_concierge) -> None:
     guest = staff.post("/cardex/guests", {"firstName": "Out", "lastName": "Age"}).json()
     resp = staff.post("/cardex/confirm-arrival", {"guestId": guest["id"]})
     assert resp.status_code == 200 and resp.json()["status"] == "arrived"  # local change committed regardless
-    assert wait_for(lambda: pms.calls == [("check_in", pms.calls[0][1])] if pms.calls else False)
-    status = staff.get("/integrations/status").json()
+    # The PMS answers before the outbox records the delivery: wait for the record, then check the PMS saw one call.
+    status = wait_for(lambda: (s := staff.get("/integrations/status").json())["outbox"]
+                      and s["outbox"][0]["status"] == "delivered" and s, timeout=10)
+    assert status, "the outbox never recorded the delivery"
+    assert pms.calls == [("check_in", pms.calls[0][1])]
     item = status["outbox"][0]
     assert item["kind"] == "pms.check_in" and item["status"] == "delivered" and item["attempts"] == 3
     assert status["pending"] == 0 and status["dead"] == 0
