@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 GEN := appliance/generated/sensor_pb2.py
 AGENTS_GEN := agents/generated/sensor_pb2.py
-# The C hot path of ingestion (appliance/native/fastpath.c), compiled in place by the editable install.
+# The C extensions (appliance/native/: fastpath.c for ingestion, dpi.c for analysis), compiled in place by the editable install.
 NATIVE := appliance/native/.built
 # Debian packages, split by purpose: `make run` installs RUN_APT_PACKAGES only; `make test` adds TEST_APT_PACKAGES.
 # Running: systemd-python builds against libsystemd; the C fast path compiles at install (gcc); binutils for PyInstaller.
@@ -63,9 +63,9 @@ $(TEST_STAMP): requirements-test.txt concierge/requirements.txt concierge/requir
 	  -r concierge/requirements.txt -r concierge/requirements-test.txt $(PIPQUIET)
 	@touch $@
 
-$(NATIVE): appliance/native/fastpath.c appliance/native/dns_wire.h pyproject.toml $(STAMP)
+$(NATIVE): appliance/native/fastpath.c appliance/native/dns_wire.h appliance/native/dpi.c pyproject.toml $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . $(PIPQUIET)
-	@$(PY) -c "import appliance.native.fastpath" || { echo "the C fast path did not build: see the compiler output above"; exit 1; }
+	@$(PY) -c "import appliance.native.fastpath, appliance.native.dpi" || { echo "the C extensions did not build: see the compiler output above"; exit 1; }
 	@touch $@
 
 venv: $(STAMP) $(NATIVE)

@@ -49,7 +49,7 @@ site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pur
   ! -name '*.so' ! -name '*.c' ! -name '.*' -print0 | xargs -0 cp --parents -t "$site")
 # The enrollment script templates, where appliance/app.py looks for them (beside the package).
 cp -r "$root/installer" "$site/installer"
-"$venv/bin/python" -c 'import appliance.native.fastpath, appliance.app' || fail "the packaged venv does not import the appliance"
+"$venv/bin/python" -c 'import appliance.native.fastpath, appliance.native.dpi, appliance.app' || fail "the packaged venv does not import the appliance"
 rm -rf "$site"/sensor_appliance-*.dist-info/direct_url.json
 grep -rlI --null "$stage" "$venv/bin" "$venv/pyvenv.cfg" | xargs -0 -r sed -i "s|$stage||g"
 find "$venv" -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -20,6 +20,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.native import dpi as native_dpi
+
 MODEL_PATH = Path(__file__).resolve().parent.parent / "data" / "ngram_model.json"
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789-"
 _VOWELS = frozenset("aeiouy")
@@ -28,11 +30,13 @@ _BEGIN = "^"
 _END = "$"
 
 
-def shannon_entropy(text: str) -> float:
-    """Bits per character of `text` (0.0 for empty).
+def shannon_entropy_reference(text: str) -> float:
+    """Bits per character of `text` (0.0 for empty): what `shannon_entropy` computes, in Python.
 
     H = log2(n) - sum(c * log2(c)) / n over the character counts c: the same value as
-    -sum(p * log2(p)), with one logarithm per distinct character and counting left to str.count.
+    -sum(p * log2(p)), with one logarithm per distinct character. The C version (appliance/native/dpi.c)
+    is the one called: for a 200-character tunnel label this loop costs ~4.5 us, a tenth of the whole
+    analysis of the bench corpus; tests hold the two equal.
     """
     n = len(text)
     if not n:
@@ -41,6 +45,9 @@ def shannon_entropy(text: str) -> float:
     for count in map(text.count, set(text)):
         weighted += count * _log2(count)
     return _log2(n) - weighted / n
+
+
+shannon_entropy = native_dpi.shannon_entropy
 
 
 @dataclass(frozen=True, slots=True)

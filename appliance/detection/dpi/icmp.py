@@ -20,7 +20,7 @@ _WINDOWS = b"abcdefghijklmnopqrstuvw"
 
 
 def _entropy(data: bytes) -> float:
-    return shannon_entropy(data.decode("latin-1")) if data else 0.0
+    return shannon_entropy(data)  # bytes are symbols as they are (0.0 when empty)
 
 
 def is_ping_pattern(data: bytes) -> bool:

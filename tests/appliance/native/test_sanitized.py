@@ -1,7 +1,7 @@
-"""The C fast path under AddressSanitizer and UndefinedBehaviorSanitizer.
+"""The C extensions (the fast path and the DPI helpers) under AddressSanitizer and UndefinedBehaviorSanitizer.
 
-It parses bytes that anyone holding an agent certificate can send, so its memory safety is tested,
-not assumed: the extension is rebuilt with both sanitizers and the other tests of this folder
+The fast path parses bytes that anyone holding an agent certificate can send, so its memory safety is tested,
+not assumed: the extensions are rebuilt with both sanitizers and the other tests of this folder
 (differential, hostile bytes, threads, leaks) run against that build in a child interpreter. Any
 out-of-bounds access, use after free or undefined behaviour aborts the child and fails this test.
 """
@@ -15,18 +15,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-SOURCE = ROOT / "appliance" / "native" / "fastpath.c"
+NATIVE = ROOT / "appliance" / "native"
+MODULES = ("fastpath", "dpi")  # appliance/native/<name>.c -> appliance.native.<name>
 HERE = Path(__file__).resolve().parent
 
-# The child loads the sanitized build under the module's real name before anything imports it.
+# The child loads the sanitized builds under the modules' real names before anything imports them.
 CHILD = """
 import importlib.util, sys
-spec = importlib.util.spec_from_file_location("appliance.native.fastpath", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-sys.modules["appliance.native.fastpath"] = module
+import appliance.native
+for name in sys.argv[1].split(","):
+    path = sys.argv[2] + "/" + name + sys.argv[3]
+    spec = importlib.util.spec_from_file_location("appliance.native." + name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["appliance.native." + name] = module
+    setattr(appliance.native, name, module)
 import pytest
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *sys.argv[2:]]))
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *sys.argv[4:]]))
 """
 
 
@@ -36,14 +41,15 @@ def _libasan() -> str:
 
 
 @pytest.mark.slow
-def test_the_fast_path_is_memory_safe_under_the_other_tests(tmp_path):
-    built = tmp_path / ("fastpath" + sysconfig.get_config_var("EXT_SUFFIX"))
-    subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer",
-         "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
-         f"-I{sysconfig.get_paths()['include']}", str(SOURCE), "-o", str(built)],
-        check=True,
-    )
+def test_the_extensions_are_memory_safe_under_the_other_tests(tmp_path):
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    for name in MODULES:
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-O1", "-g", "-fno-omit-frame-pointer",
+             "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined",
+             f"-I{sysconfig.get_paths()['include']}", str(NATIVE / f"{name}.c"), "-o", str(tmp_path / (name + suffix))],
+            check=True,
+        )
     tests = sorted(str(p) for p in HERE.glob("test_*.py") if p.name != Path(__file__).name)
     env = dict(os.environ, LD_PRELOAD=_libasan(),
                # Every Python object from malloc, so that reading past a small bytes object is caught too.
@@ -53,7 +59,7 @@ def test_the_fast_path_is_memory_safe_under_the_other_tests(tmp_path):
                # Reports go to files: pytest in the child captures file descriptor 2.
                ASAN_OPTIONS=f"detect_leaks=0:abort_on_error=1:verify_asan_link_order=0:log_path={tmp_path}/asan",
                UBSAN_OPTIONS=f"print_stacktrace=1:halt_on_error=1:log_path={tmp_path}/ubsan")
-    child = subprocess.run([sys.executable, "-c", CHILD, str(built), *tests], cwd=ROOT, env=env,
+    child = subprocess.run([sys.executable, "-c", CHILD, ",".join(MODULES), str(tmp_path), suffix, *tests], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=900)
     reports = "".join(p.read_text(errors="replace") for p in sorted(tmp_path.glob("*san.*")))
     assert not reports, reports[:8000]
