@@ -164,3 +164,24 @@ def test_in_list_names_a_shipped_list_and_refuses_anything_else_over_rest(detect
         assert len(body["error"]) < 1000
     status, body = detecting.rest.post("/api/v1/signatures/validate", {**rule, "conditions": [{"field": "tls.cert.key_bits", "op": "in_list", "value": "known_bad_ja4"}]})
     assert status == 422 and "in_list does not apply to int field" in body["error"]
+
+
+def test_the_regex_operator_answers_as_re2_search_does():
+    """The operator calls the compiled RE2 directly (operators.py): it must agree with the wrapper's search()."""
+    import random
+
+    import re2
+
+    from appliance.detection.signatures.operators import _regex_options
+
+    patterns = [r"(dnscat|iodine)", r"^[a-z0-9]{30,}\.", r"\.onion$", r"é+x", r"a*", r"\bcmd\b", r"[^\x00-\x7f]",
+                r"(?:[A-Za-z0-9+/]{4}){8,}", r"^$", r"x{2,3}y"]
+    rng = random.Random(3)
+    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-+/éx€\U0001F600 "
+    texts = ["", "DNSCAT.example.com", "iodine", "abc.onion", "ÉÉX", "run cmd now", "x" * 10_000 + "xxy"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 80))) for _ in range(400)]
+    for pattern in patterns:
+        test = OPERATORS["regex"].build(pattern, "str")
+        reference = re2.compile(pattern, _regex_options())
+        for text in texts:
+            assert test(text) == (reference.search(text) is not None), (pattern, text)
