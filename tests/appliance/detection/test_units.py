@@ -201,3 +201,20 @@ def test_hostile_payloads_never_raise_in_any_layer():
         for layer in layers:
             for detection in layer.analyze(flow):
                 assert 0.0 <= detection.confidence <= 1.0 and detection.indicator is not None
+
+
+def test_beacon_spread_in_floats_agrees_with_statistics_pstdev():
+    """beacon_scores computes standard deviations in floats (fast): they agree with the exact ones."""
+    import statistics
+
+    from appliance.detection.behaviour import _pstdev
+
+    rng = random.Random(5)
+    for _ in range(500):
+        n = rng.randrange(2, 400)
+        values = [rng.randrange(0, 10**7) for _ in range(n)] if rng.random() < 0.5 else [rng.uniform(0, 3600) for _ in range(n)]
+        assert _pstdev(values, statistics.fmean(values)) == pytest.approx(statistics.pstdev(values), rel=1e-12, abs=1e-12)
+    sizes = [1200] * 50  # constant sizes: exactly no spread
+    assert _pstdev(sizes, 1200.0) == 0.0
+    scores = beacon_scores([i * 60 * 10**9 for i in range(20)], [500 + (i % 2) for i in range(20)], 1.0)
+    assert scores is not None and scores["interval_cv"] == 0.0 and scores["size_cv"] == 0.001
