@@ -88,8 +88,41 @@ def issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
         return False
 
 
+# Servers send the same few certificates to every client, and reading one (x509 parsing, names, key, its
+# own signature when self-issued) costs ~60 us: what was read is remembered by its DER bytes. Keys are
+# bytes, hashed by Python's per-process keyed SipHash (a certificate is attacker-chosen); full means
+# forgotten at once, as the other caches of the analysis side do.
+_MEMO_SIZE = 4096
+_certificates: dict[bytes, CertificateInfo | None] = {}
+_signed: dict[tuple[str, str], bool] = {}  # (certificate sha256, issuer sha256) -> issued_by
+
+
 def read_certificate(der: bytes) -> CertificateInfo | None:
-    """The certificate in `der`, or None when `cryptography` cannot read it."""
+    """The certificate in `der`, or None when `cryptography` cannot read it (remembered either way)."""
+    try:
+        return _certificates[der]
+    except KeyError:
+        pass
+    info = _read_certificate(der)
+    if len(_certificates) >= _MEMO_SIZE:
+        _certificates.clear()
+    _certificates[bytes(der)] = info
+    return info
+
+
+def _linked(child: CertificateInfo, parent: CertificateInfo) -> bool:
+    """issued_by(child, parent), remembered by the pair's SHA-256 (a signature check costs 20-60 us)."""
+    key = (child.sha256, parent.sha256)
+    found = _signed.get(key)
+    if found is None:
+        found = issued_by(child.cert, parent.cert)
+        if len(_signed) >= _MEMO_SIZE:
+            _signed.clear()
+        _signed[key] = found
+    return found
+
+
+def _read_certificate(der: bytes) -> CertificateInfo | None:
     try:
         cert = x509.load_der_x509_certificate(der)
         subject, issuer = cert.subject.rfc4514_string(), cert.issuer.rfc4514_string()
@@ -116,6 +149,7 @@ class TrustAnchors:
 
     def __init__(self, roots: list[x509.Certificate]) -> None:
         self._by_subject: dict[bytes, list[x509.Certificate]] = {}
+        self._vouched: dict[str, bool] = {}  # certificate sha256 -> vouches_for
         for root in roots:
             self._by_subject.setdefault(root.subject.public_bytes(), []).append(root)
 
@@ -140,6 +174,16 @@ class TrustAnchors:
             if root == cert or issued_by(cert, root):
                 return True
         return False
+
+    def vouches_for_info(self, info: CertificateInfo) -> bool:
+        """`vouches_for(info.cert)`, remembered by the certificate's SHA-256 for these anchors."""
+        found = self._vouched.get(info.sha256)
+        if found is None:
+            found = self.vouches_for(info.cert)
+            if len(self._vouched) >= _MEMO_SIZE:
+                self._vouched.clear()
+            self._vouched[info.sha256] = found
+        return found
 
 
 def name_matches(name: str, patterns: list[str]) -> bool:
@@ -180,9 +224,9 @@ def chain_anomalies(chain: list[CertificateInfo], sni: str, now_s: float, anchor
         # The chain is trusted when some certificate in it is an anchor or is signed by one, and each
         # certificate below it is signed by the next (servers send the chain leaf first).
         linked = 1
-        while linked < len(chain) and issued_by(chain[linked - 1].cert, chain[linked].cert):
+        while linked < len(chain) and _linked(chain[linked - 1], chain[linked]):
             linked += 1
-        if not any(anchors.vouches_for(c.cert) for c in chain[:linked]):
+        if not any(anchors.vouches_for_info(c) for c in chain[:linked]):
             top = chain[linked - 1]
             out.append(Anomaly("dpi.tls.cert_unknown_issuer", 0.45,
                                f"no trusted root vouches for {leaf.subject} (chain ends at issuer {top.issuer})",

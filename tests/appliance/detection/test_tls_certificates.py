@@ -103,3 +103,28 @@ def test_hostile_flights_never_raise():
             read += read_certificate(der) is not None
     assert read > 0  # some survive the damage and are read; the rest are refused without raising
     assert read_certificate(b"\x30\x82\xff\xff" + bytes(100)) is None
+
+
+def test_certificates_and_signature_checks_are_remembered_bounded_and_by_content():
+    """A certificate seen again is not parsed or verified again; the memo is bounded; an unreadable one stays None."""
+    from appliance.detection.dpi import tls_cert
+
+    root, intermediate = tc.public_pki()
+    leaf = tc.issue("www.example.com", issuer=intermediate, dns=["www.example.com"])
+    first = read_certificate(leaf.der)
+    assert first is not None and read_certificate(bytes(leaf.der)) is first  # equal bytes, same reading
+    garbage = b"\x30\x03\x02\x01\x00"
+    assert read_certificate(garbage) is None and garbage in tls_cert._certificates
+    anchors = TrustAnchors([root.cert])
+    assert _judge([leaf, intermediate], "www.example.com", anchors) == {}
+    inter = read_certificate(intermediate.der)
+    assert tls_cert._signed[(first.sha256, inter.sha256)] is True
+    # Remembered answers are the right ones: a leaf another intermediate signed is still refused.
+    _, other = tc.public_pki()
+    stranger = tc.issue("www.example.com", issuer=other, dns=["www.example.com"])
+    assert "dpi.tls.cert_unknown_issuer" in _judge([stranger, intermediate], "www.example.com", anchors)
+    rng = random.Random(9)
+    for _ in range(tls_cert._MEMO_SIZE + 10):
+        read_certificate(rng.randbytes(40))
+    assert len(tls_cert._certificates) <= tls_cert._MEMO_SIZE
+    assert read_certificate(leaf.der).sha256 == first.sha256  # read again after the memo was emptied
