@@ -11,6 +11,7 @@ import threading
 from collections import Counter, deque
 from collections.abc import Callable
 
+from appliance.flows.record_codec import AnyDns
 from appliance.model import DnsMessage, FlowRecord
 
 # Flows taken from each agent's line per round: fair to within this many flows, without taking the
@@ -162,19 +163,19 @@ class QueuedHandOff(QueueFigures):
 
     def __init__(self, queue_size: int, on_drop: Callable[[str, int], None] | None = None) -> None:
         self._queue = FairQueue(queue_size, on_drop)
-        self._dns: deque[tuple[str, DnsMessage, bool]] = deque()
+        self._dns: deque[tuple[str, AnyDns, bool]] = deque()
         self.dns_dropped = 0
 
     def submit_many(self, flows: list[FlowRecord]) -> None:
         self._queue.put_many(flows)
 
-    def observe_answer(self, agent_id: str, message: DnsMessage) -> None:
+    def observe_answer(self, agent_id: str, message: AnyDns) -> None:
         self._put_dns((agent_id, message, False))
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None:
         self._put_dns((agent_id, message, True))
 
-    def _put_dns(self, item: tuple[str, DnsMessage, bool]) -> None:
+    def _put_dns(self, item: tuple[str, AnyDns, bool]) -> None:
         with self._queue.cond:
             if len(self._dns) >= DNS_PENDING_MAX:
                 self.dns_dropped += 1

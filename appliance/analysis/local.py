@@ -11,6 +11,7 @@ from typing import Any
 
 from appliance.analysis.fair_queue import QueueFigures
 from appliance.detection import DetectionParts
+from appliance.flows.record_codec import AnyDns, dns_message_of
 from appliance.model import DnsMessage, FlowRecord
 from appliance.pipeline import AnalysisPipeline
 
@@ -44,8 +45,8 @@ class LocalAnalysis(QueueFigures):
             self.parts.exporter.flows(flows)
         self.pipeline.submit_many(flows)
 
-    def observe_answer(self, agent_id: str, message: DnsMessage) -> None:
-        self.parts.resolver.observe(agent_id, message)
+    def observe_answer(self, agent_id: str, message: AnyDns) -> None:
+        self.parts.resolver.observe(agent_id, dns_message_of(message))
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None:
         self.pipeline.observe_dns(agent_id, message)
@@ -95,7 +96,7 @@ class NoAnalysis:
     def submit_many(self, flows: list[FlowRecord]) -> None:
         self.flows_not_analysed += len(flows)
 
-    def observe_answer(self, agent_id: str, message: DnsMessage) -> None:
+    def observe_answer(self, agent_id: str, message: AnyDns) -> None:
         pass
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from appliance.cluster import bus, shared_config
 from appliance.config import Settings
 from appliance.detection.alert import MAX_DETECTIONS_KEPT, Alert
+from appliance.flows.record_codec import AnyDns
 from appliance.model import Category, DnsMessage, FlowRecord, Severity
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ class ManagerSink:
     def submit_many(self, flows: list[FlowRecord]) -> None:
         pass
 
-    def observe_answer(self, agent_id: str, message: DnsMessage) -> None:
+    def observe_answer(self, agent_id: str, message: AnyDns) -> None:
         pass
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None:

@@ -23,6 +23,10 @@ _VERSION_FIELD = pb.FlowRecordBatch(version=VERSION).SerializeToString()
 # record already in this contract's encoding (appliance.native.fastpath.WireFlow).
 EndedFlow = FlowRecord | WireFlow
 
+# A DNS message as the flow table hands it over: a DnsMessage, or (from the C table) the message already
+# serialized as sensor.flows.DnsMessage, which the hand-off to analysis carries as it is.
+AnyDns = DnsMessage | bytes
+
 _TRANSPORTS = {1: Transport.ICMP, 6: Transport.TCP, 17: Transport.UDP}
 # The transport of each IP protocol number, as the C table and reader look it up (protocols past 255 are OTHER).
 TRANSPORT_OF_PROTOCOL = tuple(_TRANSPORTS.get(p, Transport.OTHER) for p in range(256))
@@ -92,9 +96,16 @@ def _encode_records(records: list[FlowRecord]) -> bytes:
     return batch.SerializeToString()
 
 
-def encode_dns(items: Iterable[tuple[str, DnsMessage, bool]]) -> bytes:
-    """A serialized DnsBatch of (agent_id, message, from_event) items."""
-    return pb.DnsBatch(items=[pb.AgentDns(agent_id=a, message=_dns_pb(m), from_event=e) for a, m, e in items]).SerializeToString()
+def encode_dns(items: Iterable[tuple[str, AnyDns, bool]]) -> bytes:
+    """A serialized DnsBatch of (agent_id, message, from_event) items; serialized messages go in as they are."""
+    batch = pb.DnsBatch()
+    add = batch.items.add
+    for agent_id, message, from_event in items:
+        if type(message) is bytes:
+            add(agent_id=agent_id, from_event=from_event).message.MergeFromString(message)
+        else:
+            add(agent_id=agent_id, message=_dns_pb(message), from_event=from_event)
+    return batch.SerializeToString()
 
 
 # -- decoding -------------------------------------------------------------------------------------
@@ -103,9 +114,9 @@ def _dns(m: pb.DnsMessage) -> DnsMessage:
                       [DnsAnswer(a.name, a.rtype, a.ttl, a.data) for a in m.answers], m.malformed, m.timestamp_ns)
 
 
-def dns_message_of(data: bytes) -> DnsMessage:
-    """A serialized sensor.flows.DnsMessage (the flow table's DNS answers) as a DnsMessage."""
-    return _dns(pb.DnsMessage.FromString(data))
+def dns_message_of(message: AnyDns) -> DnsMessage:
+    """A DnsMessage of what the flow table handed over (a serialized one is read; an object is itself)."""
+    return message if type(message) is DnsMessage else _dns(pb.DnsMessage.FromString(message))
 
 
 def _samples(r: pb.FlowRecord, dns: list[DnsMessage]) -> list[Packet]:

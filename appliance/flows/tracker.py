@@ -32,8 +32,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from appliance.flows.packets import RawPacket, dns_message, expand
-from appliance.flows.record_codec import TRANSPORT_OF_PROTOCOL, EndedFlow, dns_message_of, expand_samples, expanded
-from appliance.model import DnsMessage, FlowRecord
+from appliance.flows.record_codec import TRANSPORT_OF_PROTOCOL, AnyDns, EndedFlow, expand_samples, expanded
+from appliance.model import FlowRecord
 from appliance.native.fastpath import FlowTable, WireReader
 
 _NS = 1_000_000_000
@@ -151,14 +151,15 @@ class FlowTracker:
         on_expire: Callable[[list[EndedFlow]], None],
         timeouts: FlowTimeouts | None = None,
         limits: FlowLimits | None = None,
-        on_dns_response: Callable[[str, DnsMessage], None] | None = None,
+        on_dns_response: Callable[[str, AnyDns], None] | None = None,
         flow_ids: FlowIds | None = None,
         reader: WireReader | None = None,
         ended_as_wire: bool = False,
     ) -> None:
         self._on_expire = on_expire
         # DNS answers are wanted as they arrive (the resolver cache must know a name was resolved
-        # before the connection to its address is analysed); they come from the one parse here.
+        # before the connection to its address is analysed); they come from the one parse here, as
+        # `AnyDns`: C's serialized, so that a hand-off to another process passes them on unread.
         self._on_dns_response = on_dns_response
         self.timeouts = timeouts or FlowTimeouts()
         self.limits = limits or FlowLimits()
@@ -207,7 +208,7 @@ class FlowTracker:
         lock, so neither the resolver cache nor the analysis queue ever runs while ingestion waits.
         Answers first: the resolver must know a name before the connections to its address are analysed.
         """
-        answers: list[tuple[str, DnsMessage | bytes]] = []
+        answers: list[tuple[str, AnyDns]] = []
         ended: list[EndedFlow] = []
         try:
             with self.lock:
@@ -222,8 +223,8 @@ class FlowTracker:
         finally:
             try:
                 if answers and self._on_dns_response is not None:
-                    for agent_id, message in answers:  # C's are serialized DnsMessages; Python's (ICMP) objects
-                        self._on_dns_response(agent_id, message if isinstance(message, DnsMessage) else dns_message_of(message))
+                    for agent_id, message in answers:  # C's are serialized DnsMessages, Python's (ICMP) objects:
+                        self._on_dns_response(agent_id, message)  # the consumer reads them if it needs to
             finally:  # a failing resolver cache never costs the ended flows their analysis
                 if ended:
                     self._on_expire(ended)

@@ -42,6 +42,12 @@ def test_dns_batches_keep_agent_message_and_origin() -> None:
     items = [("agent-a", message, False), ("agent-b", message, True)]
     assert record_codec.decode_dns(record_codec.encode_dns(items)) == items
 
+    # The C table's answers arrive serialized: they go into the batch as they are, and read back the same.
+    serialized = record_codec._dns_pb(message).SerializeToString()
+    mixed = [("agent-a", serialized, False), ("agent-b", message, True)]
+    assert record_codec.encode_dns(mixed) == record_codec.encode_dns(items)
+    assert record_codec.dns_message_of(serialized) == message and record_codec.dns_message_of(message) is message
+
 
 @pytest.mark.parametrize("data", [b"\xff" * 10, b"\x0a\xff\xff\xff\xff\x0f", b"\x08\x02"])
 def test_bytes_that_are_not_a_batch_of_this_version_are_refused(data: bytes) -> None:

@@ -1,3 +1,4 @@
+from appliance.flows.record_codec import dns_message_of
 from appliance.flows.tracker import FlowLimits, FlowTimeouts, FlowTracker, community_id
 from appliance.ingest.convert import PacketConverter
 from appliance.model import TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, ip_int
@@ -146,14 +147,16 @@ def test_a_dns_flow_whose_message_list_is_full_is_analysed_not_truncated():
 
 
 def test_dns_responses_are_handed_over_as_they_arrive():
+    """As the contract's DnsMessage bytes (C parsed them): a hand-off to another process passes them on unread."""
     seen = []
-    tracker = FlowTracker(lambda flows: None, on_dns_response=lambda agent, msg: seen.append((agent, msg.qname)))
+    tracker = FlowTracker(lambda flows: None,
+                          on_dns_response=lambda agent, msg: seen.append((agent, type(msg), dns_message_of(msg).qname)))
     answer = wire.dns_response("www.example.org", [(1, bytes([1, 2, 3, 4]))])
     tracker.add_packets(AGENT, pkts(
         wire.udp_out("10.0.0.5", "10.0.0.1", 4000, 53, wire.dns_query("www.example.org"), ts_ms=BASE_MS),
         wire.udp_in("10.0.0.5", "10.0.0.1", 4000, 53, answer, ts_ms=BASE_MS + 3),
     ))
-    assert seen == [(AGENT, "www.example.org")]  # the query is not a resolution
+    assert seen == [(AGENT, bytes, "www.example.org")]  # the query is not a resolution
 
 
 def test_snapshot_lists_flows_in_the_order_packets_updated_them_even_when_timestamps_go_back():

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from appliance.flows.tracker import FlowLimits, FlowTimeouts
 from appliance.generated import sensor_pb2
 from appliance.ingest.convert import ConvertLimits
+from appliance.flows.record_codec import AnyDns, dns_message_of
 from appliance.model import TCP_ACK, TCP_FIN, TCP_PSH, TCP_RST, TCP_SYN, DnsMessage, FlowRecord
 from tests.appliance import wire
 from tests.appliance.native import protowire as pw
@@ -64,7 +65,8 @@ class Side:
         self.expired.append(list(flows))
         self.at_hand_off.append(repr(flows))
 
-    def on_dns_response(self, agent_id: str, message: DnsMessage) -> None:
+    def on_dns_response(self, agent_id: str, message: AnyDns) -> None:
+        message = dns_message_of(message)  # the C table hands over serialized messages, the reference objects
         self.dns.append((agent_id, message))
         self.at_hand_off.append(repr(message))
 

@@ -13,7 +13,7 @@ import weakref
 import pytest
 
 from appliance.flows import record_codec
-from appliance.flows.record_codec import expanded
+from appliance.flows.record_codec import dns_message_of, expanded
 from appliance.flows.tracker import FlowIds, FlowLimits, FlowTracker
 from appliance.generated import sensor_pb2
 from appliance.ingest.convert import PacketConverter
@@ -61,7 +61,7 @@ def test_an_error_in_a_callback_propagates_after_the_batch_and_the_tracker_stays
     calls = []
 
     def failing_resolver_cache(agent_id, message):
-        calls.append(message.qname)
+        calls.append(dns_message_of(message).qname)
         raise RuntimeError("resolver cache broke")
 
     expired: list = []
