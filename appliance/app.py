@@ -231,18 +231,20 @@ def open_stores(settings: Settings, alerts_saved_elsewhere: bool = False, batche
                            ExclusionStore(db), ConsoleSettingsStore(db, config))
 
 
-def build_analysis(settings: Settings, stores: DetectionStores,
-                   on_drop: Callable[[str, int], None] | None = None) -> tuple[DetectionParts, AnalysisPipeline]:
+def build_analysis(settings: Settings, stores: DetectionStores, on_drop: Callable[[str, int], None] | None = None,
+                   *, tls_views: bool = True) -> tuple[DetectionParts, AnalysisPipeline]:
     """Wire the analysis stack (layers, correlation, alerts out, export) on `stores`.
 
     The one recipe for both places analysis runs: a thread of the server, or the analysis process
     (`appliance.analysis.worker`). The three layers run one after another (threads under the GIL would
     only add switching), then exclusions and the console's layer switches, then correlation into alerts.
+    `tls_views`: put each flow's TLS view on its record for the REST API; off where the records analysed
+    are copies the REST API never sees (the analysis process, an analyzer of the cluster).
     """
     paths = settings.paths
     config = stores.config
     domains = RegisteredDomains()
-    facts = FlowFacts()
+    facts = FlowFacts(tls_views=tls_views)
     resolver = ResolverCache()
     scorer = NameScorer.load()
     dpi = DpiLayer(config, facts, resolver, domains, scorer, WordModel.load(scorer), TrustAnchors.load(paths.tls_trust_anchors))

@@ -42,7 +42,7 @@ class Worker:
         self.channel = channel
         self.settings = settings
         self.stores = open_stores(settings, batched_alerts=True)
-        self.parts, self.pipeline = build_analysis(settings, self.stores)
+        self.parts, self.pipeline = build_analysis(settings, self.stores, tls_views=False)
         self.flows_received = 0
         self.frames_refused = 0  # frames that did not decode (a bug on the other side): counted, skipped
         self._send_lock = threading.Lock()

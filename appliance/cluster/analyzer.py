@@ -82,7 +82,7 @@ class Analyzer:
         self.cluster = settings.cluster
         self.node = self.cluster.node_id
         self.stores = open_stores(settings, batched_alerts=True)  # its own database: one commit per read
-        self.parts, self.pipeline = build_analysis(settings, self.stores)
+        self.parts, self.pipeline = build_analysis(settings, self.stores, tls_views=False)
         self.parts.channel.subscribe(self._on_alert)
         self.prevalence = SharedPrevalence()  # beaconing's destination prevalence over every analyzer's agents
         self.parts.behaviour.fleet = self.prevalence

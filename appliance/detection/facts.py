@@ -29,7 +29,8 @@ class Facts:
 class FlowFacts:
     """`facts(flow)` parses the flow's samples on first use and returns the same object after."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls_views: bool = True) -> None:
+        self._tls_views = tls_views  # put the REST view of the TLS metadata on the record (see _read_tls)
         self._flow: FlowRecord | None = None
         self._facts = Facts()
         self.tls_handshakes = 0  # flows with a ClientHello or ServerHello read
@@ -72,5 +73,6 @@ class FlowFacts:
             self.tls_incomplete += 1
         self.tls_certificates_unreadable += meta.certificates_unreadable
         result.tls = meta
-        flow.tls = meta.view()  # on the record too: the REST flow view shows it without parsing again
+        if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
+            flow.tls = meta.view()
         result.client_hello = meta.client_hello

@@ -195,3 +195,24 @@ def test_the_flow_view_reads_a_flow_not_yet_analysed_from_its_samples():
     assert view["sni"] == "queued.example.org" and view["ja4"].startswith("t13d0102") and view["certificate"] is None
     flow.samples = [Packet(0, 1, 6, Transport.TCP, 1, 2, 40000, 443, 100, b"GET / HTTP/1.1\r\n\r\n")]
     assert flow_view(flow, "active")["tls"] is None
+
+
+def test_the_tls_view_goes_on_the_record_only_where_the_rest_api_reads_that_record():
+    """Thread mode: the REST flow view reads flow.tls; the analysis process analyses copies, so it skips the view."""
+    import random
+
+    from appliance.detection.facts import FlowFacts
+    from appliance.model import FlowRecord, Packet, Transport
+    from tests.appliance.detection.test_tls_benign import chrome
+
+    def flow() -> FlowRecord:
+        hello = chrome("www.example.com", random.Random(1))
+        record = FlowRecord("f1", "agent", 6, Transport.TCP, 1, 40000, 2, 443, 0, 1)
+        record.samples = [Packet(0, 1, 6, Transport.TCP, 1, 2, 40000, 443, len(hello) + 52, hello)]
+        return record
+
+    with_views, without = flow(), flow()
+    assert FlowFacts().facts(with_views).tls.sni == "www.example.com"
+    assert with_views.tls is not None and with_views.tls["sni"] == "www.example.com"
+    assert FlowFacts(tls_views=False).facts(without).tls.sni == "www.example.com"  # read all the same
+    assert without.tls is None
