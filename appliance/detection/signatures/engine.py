@@ -25,43 +25,58 @@ from appliance.model import Detection, FlowRecord, Transport
 log = logging.getLogger(__name__)
 
 _ECHO = (0, 8)
+_QTYPE_TEXT = {code: name.lower() for code, name in QTYPES.items()}  # what rules compare: lower case
+_RCODE_TEXT = {code: name.lower() for code, name in RCODES.items()}
 
 
-Matcher = Callable[[dict[str, Any]], bool]
+# A protocol's rules as one function of a record: the indexes (into the protocol's rule tuple) of the
+# rules whose conditions all hold.
+ProtocolMatcher = Callable[[dict[str, Any]], list[int]]
 
 
-def compile_conditions(rule: Rule) -> Matcher:
-    """One predicate for all of a rule's conditions (AND), built once per load: every flow runs it."""
-    pairs = tuple((c.field, c.test) for c in rule.conditions)
-    if len(pairs) == 1:
-        ((field1, test1),) = pairs
-        return lambda record: test1(record.get(field1, ""))
-    if len(pairs) == 2:
-        (field1, test1), (field2, test2) = pairs
-        return lambda record: test1(record.get(field1, "")) and test2(record.get(field2, ""))
+def compile_protocol(rules: tuple[Rule, ...]) -> ProtocolMatcher:
+    """One function for all of one protocol's rules, built once per load: every record of every flow runs it.
 
-    def matches(record: dict[str, Any]) -> bool:
-        for name, test in pairs:
-            if not test(record.get(name, "")):
-                return False
-        return True
-
-    return matches
+    Each field the rules read is fetched from the record once, then each rule's conditions are tested in
+    order, stopping at the first that fails (AND). The source is generated from indexes only: field names
+    and tests are reached through the tuples bound below, so no text of a rule file is ever compiled.
+    Measured against a loop over per-rule closures: ~half the time per record (bench/pipeline_bench.py).
+    """
+    fields: list[str] = []
+    for rule in rules:
+        for condition in rule.conditions:
+            if condition.field not in fields:
+                fields.append(condition.field)
+    tests = tuple(c.test for rule in rules for c in rule.conditions)
+    lines = ["def match(record):", "    get = record.get", "    hits = []"]
+    lines += [f"    v{i} = get(F[{i}], '')" for i in range(len(fields))]
+    position = 0
+    for index, rule in enumerate(rules):
+        checks = []
+        for condition in rule.conditions:
+            checks.append(f"T[{position}](v{fields.index(condition.field)})")
+            position += 1
+        lines.append(f"    if {' and '.join(checks) or 'True'}:")
+        lines.append(f"        hits.append({index})")
+    lines.append("    return hits")
+    namespace: dict[str, Any] = {"F": tuple(fields), "T": tests}
+    exec(compile("\n".join(lines), "<signature rules>", "exec"), namespace)  # noqa: S102 - indexes only, see above
+    return namespace["match"]  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
 class RuleSet:
     rules: tuple[Rule, ...] = ()
-    by_protocol: dict[str, tuple[tuple[Rule, Matcher], ...]] = field(default_factory=dict)
+    by_protocol: dict[str, tuple[tuple[Rule, ...], ProtocolMatcher]] = field(default_factory=dict)
     loaded_at: float = 0.0
 
     @classmethod
     def of(cls, rules: list[Rule]) -> RuleSet:
-        grouped: dict[str, list[tuple[Rule, Matcher]]] = {}
+        grouped: dict[str, list[Rule]] = {}
         for rule in rules:
             if rule.enabled:
-                grouped.setdefault(rule.protocol, []).append((rule, compile_conditions(rule)))
-        return cls(tuple(rules), {p: tuple(r) for p, r in grouped.items()}, time.time())
+                grouped.setdefault(rule.protocol, []).append(rule)
+        return cls(tuple(rules), {p: (tuple(r), compile_protocol(tuple(r))) for p, r in grouped.items()}, time.time())
 
 
 class SignatureEngine:
@@ -114,8 +129,8 @@ class SignatureEngine:
         out: list[Detection] = []
         base: dict[str, Any] | None = None
         for protocol in self._protocols(flow):
-            rules = by_protocol.get(protocol)
-            if not rules:
+            compiled = by_protocol.get(protocol)
+            if compiled is None:
                 continue
             if base is None:
                 base = {"transport": transport_name(flow), "remote_ip": flow.remote_addr, "remote_port": flow.remote_port,
@@ -124,13 +139,19 @@ class SignatureEngine:
             records = self._records(flow, protocol, base)
             if not records:
                 continue
-            for rule, matches in rules:
+            rules, match = compiled
+            if len(records) == 1:
+                hits = [(i, records[0]) for i in match(records[0])]
+            else:  # each rule reports its first matching record
+                first: dict[int, dict[str, Any]] = {}
                 for record in records:
-                    if matches(record):
-                        detection = self._detection(flow, rule, record)
-                        if detection is not None:
-                            out.append(detection)
-                        break
+                    for i in match(record):
+                        first.setdefault(i, record)
+                hits = sorted(first.items(), key=lambda hit: hit[0])
+            for i, record in hits:
+                detection = self._detection(flow, rules[i], record)
+                if detection is not None:
+                    out.append(detection)
         return out
 
     @staticmethod
@@ -149,8 +170,8 @@ class SignatureEngine:
             return [base]
         if protocol == "dns":
             return [{**base, "dns.qname": m.qname, "dns.qname_length": len(m.qname),
-                     "dns.qtype": QTYPES.get(m.qtype, str(m.qtype)).lower(),
-                     "dns.rcode": RCODES.get(m.rcode, str(m.rcode)).lower() if m.is_response else ""}
+                     "dns.qtype": _QTYPE_TEXT.get(m.qtype) or str(m.qtype),
+                     "dns.rcode": (_RCODE_TEXT.get(m.rcode) or str(m.rcode)) if m.is_response else ""}
                     for m in flow.dns if m.qname]
         if protocol == "icmp":
             return [{**base, "icmp.type": p.icmp.type, "icmp.payload_size": max(len(p.icmp.data) - 4, 0)}

@@ -185,3 +185,36 @@ def test_the_regex_operator_answers_as_re2_search_does():
         reference = re2.compile(pattern, _regex_options())
         for text in texts:
             assert test(text) == (reference.search(text) is not None), (pattern, text)
+
+
+def test_a_protocols_compiled_matcher_answers_as_each_rule_alone_would():
+    """compile_protocol (one generated function per protocol) against the plain reading of the rules:
+    a rule matches when every one of its conditions holds on the record (a missing field reads as "")."""
+    import random
+
+    from appliance.detection.signatures.engine import compile_protocol
+
+    rng = random.Random(11)
+    pool = [{"field": "dns.qname", "op": "regex", "value": "^[a-z]{3}\\."}, {"field": "dns.qname", "op": "endswith", "value": ".net"},
+            {"field": "dns.qtype", "op": "in", "value": ["txt", "null"]}, {"field": "dns.qname_length", "op": "gt", "value": 12},
+            {"field": "dns.rcode", "op": "equals", "value": "nxdomain"}, {"field": "remote_port", "op": "not_in", "value": [53]},
+            {"field": "process_name", "op": "contains", "value": "py"}, {"field": "bytes_out", "op": "lt", "value": 500}]
+    for round_ in range(40):
+        rules = []
+        for n in range(rng.randint(1, 8)):
+            conditions = rng.sample(pool, rng.randint(1, 4))
+            rule, errors = parse_rule({"id": f"SIG-T-{round_}-{n}", "title": "t", "description": "d", "protocol": "dns",
+                                       "category": "DnsTunneling", "severity": "Low", "confidence": 0.5,
+                                       "conditions": conditions}, "t.yaml")
+            assert rule is not None, errors
+            rules.append(rule)
+        match = compile_protocol(tuple(rules))
+        for _ in range(60):
+            name = "".join(rng.choice("abc.net") for _ in range(rng.randint(0, 20)))
+            record = {"dns.qname": name, "dns.qname_length": len(name), "dns.qtype": rng.choice(["a", "txt", "null"]),
+                      "dns.rcode": rng.choice(["", "noerror", "nxdomain"]), "remote_port": rng.choice([53, 5353]),
+                      "bytes_out": rng.randint(0, 1000)}
+            if rng.random() < 0.5:
+                record["process_name"] = rng.choice(["python3", "chrome"])
+            expected = [i for i, rule in enumerate(rules) if all(c.test(record.get(c.field, "")) for c in rule.conditions)]
+            assert match(record) == expected
