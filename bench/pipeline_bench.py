@@ -86,13 +86,14 @@ def finished_flows(streams: list[tuple[str, list]], slice_ms: int = 60_000) -> l
 
 
 def pipeline_rounds(flows: list) -> tuple[float, int, int]:
-    from appliance.app import build
+    from appliance.app import build, tune_garbage_collector
 
     rates = []
     alerts = detections = 0
     for _ in range(ROUNDS):
         with tempfile.TemporaryDirectory() as tmp:
             app = build(settings(Path(tmp)))
+            tune_garbage_collector()  # the collector policy the analysis process runs with
             assert app.detection is not None and app.detection.signatures.loaded == len(list((ROOT / "rules").glob("*.yaml")))
             for flow in flows:  # what the ingest hook does as packets arrive, ahead of analysis
                 for message in flow.dns:
