@@ -30,6 +30,9 @@ def _copy(alert: Alert) -> Alert:
     return copied
 
 
+_INSERT_HISTORY = ("INSERT INTO alert_history (alert_id, at, actor, from_status, to_status, note) "
+                   "VALUES (?, ?, ?, ?, ?, ?)")
+
 class AlertStore:
     """Alerts and their triage status in SQLite (WAL); survives restarts, including unclean ones."""
 
@@ -175,17 +178,17 @@ class AlertStore:
                 raise InvalidTransition(row[0], status)
             now = time.time()
             self._db.conn.execute("UPDATE alerts SET status = ?, updated_at = ? WHERE id = ?", (status, now, alert_id))
-            self._db.conn.execute("INSERT INTO alert_history VALUES (?, ?, ?, ?, ?, ?)",
+            self._db.conn.execute(_INSERT_HISTORY,
                                   (alert_id, now, actor, row[0], status, note))
         self._active = self._count_active()
         return self.get(alert_id)
 
     def triage_after(self, rowid: int, limit: int = 1000) -> list[tuple[int, str, str]]:
-        """Triage changes recorded after history row `rowid`, oldest first: (rowid, alert id, new status). The
-        cluster's manager passes them on to the analyzers."""
+        """Triage changes recorded after history row `rowid`, oldest first: (row id, alert id, new status). The
+        cluster's manager passes them on to the analyzers; ids only grow (AUTOINCREMENT, migration 0003)."""
         with self._db.lock:
-            rows = self._db.conn.execute("SELECT rowid, alert_id, to_status FROM alert_history WHERE rowid > ? "
-                                         "ORDER BY rowid LIMIT ?", (rowid, limit)).fetchall()
+            rows = self._db.conn.execute("SELECT id, alert_id, to_status FROM alert_history WHERE id > ? "
+                                         "ORDER BY id LIMIT ?", (rowid, limit)).fetchall()
         return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
 
     def take_status(self, alert_id: str, status: str) -> bool:
@@ -271,7 +274,7 @@ class AlertStore:
             movable = [(alert_id, current) for alert_id, current in rows if current in allowed_from]
             self._db.conn.executemany("UPDATE alerts SET status = ?, updated_at = ? WHERE id = ?",
                                       [(status, now, alert_id) for alert_id, _ in movable])
-            self._db.conn.executemany("INSERT INTO alert_history VALUES (?, ?, ?, ?, ?, ?)",
+            self._db.conn.executemany(_INSERT_HISTORY,
                                       [(alert_id, now, actor, current, status, note) for alert_id, current in movable])
         self._active = self._count_active()
         return {"matched": len(rows), "changed": len(movable), "skipped": len(rows) - len(movable)}

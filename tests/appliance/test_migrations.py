@@ -50,7 +50,7 @@ def test_every_folder_is_numbered_without_gaps(database: str) -> None:
 def test_a_new_detection_database_gets_every_table_at_the_latest_version(tmp_path: Path) -> None:
     db = DetectionDatabase(tmp_path / "detection.db")
     db.close()
-    assert version(tmp_path / "detection.db") == latest("detection") == 2
+    assert version(tmp_path / "detection.db") == latest("detection") == 3
     assert {"alerts", "alert_history", "exclusions", "analysis_config", "console_settings"} <= tables(tmp_path / "detection.db")
 
 
@@ -133,3 +133,31 @@ def test_numbering_gaps_are_refused(tmp_path: Path) -> None:
     (tmp_path / "0003_c.sql").write_text("")
     with pytest.raises(MigrationError, match="without gaps"):
         migrations(tmp_path)
+
+
+def test_triage_history_keeps_its_rows_and_ids_when_ids_become_never_reused(tmp_path: Path) -> None:
+    """Migration 0003: alert_history gets an AUTOINCREMENT id; rows keep their rowids as ids (a cursor taken
+    before the upgrade stays right) and the next id is past every id ever used."""
+    folder = tmp_path / "v2"
+    folder.mkdir()
+    for number, path in migrations(HERE / "detection"):
+        if number <= 2:
+            (folder / path.name).write_text(path.read_text())
+    path = tmp_path / "detection.db"
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        assert migrate(conn, "detection", folder) == [1, 2]
+        conn.executemany("INSERT INTO alert_history VALUES (?, ?, ?, ?, ?, ?)",
+                         [(f"a{i}", float(i), "analyst1", "New", "Investigating", "") for i in range(1, 6)])
+        conn.execute("DELETE FROM alert_history WHERE rowid = 3")
+    db = DetectionDatabase(path)
+    try:
+        assert version(path) == latest("detection")
+        rows = db.conn.execute("SELECT id, alert_id FROM alert_history ORDER BY id").fetchall()
+        assert rows == [(1, "a1"), (2, "a2"), (4, "a4"), (5, "a5")]
+        db.conn.execute("DELETE FROM alert_history WHERE id = 5")
+        db.conn.execute("INSERT INTO alert_history (alert_id, at, actor, from_status, to_status, note) "
+                        "VALUES ('a6', 6.0, 'analyst1', 'New', 'Resolved', '')")
+        assert db.conn.execute("SELECT MAX(id) FROM alert_history").fetchone()[0] == 6  # 5 is never handed out again
+        db.conn.commit()
+    finally:
+        db.close()

@@ -43,3 +43,20 @@ def test_the_active_count_follows_every_change_and_matches_the_table(tmp_path: P
     reopened = DetectionDatabase(path)
     assert AlertStore(reopened).active == 49
     reopened.close()
+
+
+def test_triage_ids_only_grow_even_when_the_newest_history_rows_are_deleted(tmp_path: Path) -> None:
+    """The cluster's manager sends triage from the last history id it sent: the storage cap deletes closed
+    alerts first, often the one just triaged; a change written after that must still get a newer id."""
+    db = DetectionDatabase(tmp_path / "detection.db")
+    store = AlertStore(db)
+    for n in range(3):
+        store.save("opened", alert(n))
+    store.set_status("alert-0", "Investigating")
+    store.set_status("alert-1", "Resolved")
+    [*_, (sent, alert_id, status)] = store.triage_after(0)
+    assert (alert_id, status) == ("alert-1", "Resolved")
+    assert store.delete_oldest(1) == 1  # the cap takes the resolved alert, and its history (the newest row)
+    store.set_status("alert-2", "FalsePositive")
+    assert [(a, s) for _, a, s in store.triage_after(sent)] == [("alert-2", "FalsePositive")]
+    db.close()
