@@ -135,6 +135,10 @@ class AnalysisSettings(_Section):
     # server process (one process, one interpreter lock); off: flows are tracked and listed, never analysed
     # (measuring ingestion alone; a box that only collects).
     worker: Literal["process", "thread", "off"] = "process"
+    # How much lower the analysis process's CPU priority is than the server's (nice increment): when both
+    # want one core, ingestion goes first (an agent's buffer is finite, a lost packet is lost) and analysis
+    # catches up from its queue (`limits.analysis_queue`).
+    nice: Annotated[int, Field(ge=0, le=19)] = 5
     sweep_interval: Annotated[float, Field(gt=0, le=60)] = 1.0
     # Detector tuning lives in the persisted analysis config (GET/POST /api/v1/config); these
     # values only seed it the first time the appliance starts.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import socket
 import sys
@@ -160,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     channel = Channel(socket.socket(fileno=args.channel_fd))
     settings = parse_settings(json.loads(sys.stdin.read()), "the server")
+    if settings.analysis.nice:
+        os.nice(settings.analysis.nice)  # lowering one's own priority needs no privilege
     started = time.monotonic()
     worker = Worker(channel, settings)
     log.info("analysis process ready in %.1f s", time.monotonic() - started)

@@ -69,6 +69,14 @@ def test_alerts_are_raised_by_the_analysis_process(in_process: Any) -> None:
     assert body["analysis_queue_dropped"] == 0 and body["analysis_worker"]["restarts"] == 0
 
 
+def test_the_analysis_process_yields_the_cpu_to_ingestion(in_process: Any) -> None:
+    """`analysis.nice`: the analysis process runs at a lower priority than the server (default 5 lower)."""
+    running = in_process(analysis={"nice": 7})
+    pid = wait_for(lambda: metrics(running)["analysis_worker"]["running"] and metrics(running)["analysis_worker"]["pid"],
+                   what="the analysis process to be ready")
+    assert os.getpriority(os.PRIO_PROCESS, pid) == min(os.getpriority(os.PRIO_PROCESS, 0) + 7, 19)
+
+
 def test_rest_changes_reach_the_analysis_process_without_a_restart(in_process: Any) -> None:
     running = in_process()
     status, body = running.rest.post("/api/v1/whitelist", {"value": "tunnel-example.net", "comment": "lab"})
