@@ -30,8 +30,38 @@ def _copy(alert: Alert) -> Alert:
     return copied
 
 
+class _DetectionsJson:
+    """The JSON of an alert's detection list, each detection serialized once.
+
+    An alert keeps its last 100 detections and is written again on every update: dumping the whole list
+    each time was a fifth of the analysis process's time when every flow is a detection. A detection's
+    view never changes once made, so its text is remembered by its id (a uuid4 analysis makes, never one an
+    agent chooses); the joined text is what json.dumps gives for the list.
+    """
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._size = size
+        self._by_id: dict[str, str] = {}
+
+    def dumps(self, detections: list[dict[str, Any]]) -> str:
+        parts = []
+        by_id = self._by_id
+        for view in detections:
+            key = view.get("id")
+            text = by_id.get(key) if type(key) is str else None
+            if text is None:
+                text = json.dumps(view, default=str)
+                if type(key) is str:
+                    if len(by_id) >= self._size:
+                        by_id.clear()
+                    by_id[key] = text
+            parts.append(text)
+        return "[" + ", ".join(parts) + "]"
+
+
 _INSERT_HISTORY = ("INSERT INTO alert_history (alert_id, at, actor, from_status, to_status, note) "
                    "VALUES (?, ?, ?, ?, ?, ?)")
+
 
 class AlertStore:
     """Alerts and their triage status in SQLite (WAL); survives restarts, including unclean ones."""
@@ -44,6 +74,7 @@ class AlertStore:
         # correlation. The memory is forgotten whenever another connection commits (triage, deletions
         # by REST or retention move PRAGMA data_version), so a resolved alert is never updated.
         self._batched = batched
+        self._detections_json = _DetectionsJson()
         self._uncommitted = False
         self._open: dict[tuple[str, str], Alert | None] = {}
         self._open_version = -1
@@ -75,10 +106,9 @@ class AlertStore:
                 self._active = self._count_active()
         return self._active
 
-    @staticmethod
-    def _row(alert: Alert) -> tuple[Any, ...]:
+    def _row(self, alert: Alert) -> tuple[Any, ...]:
         return (alert.id, alert.agent_id, alert.indicator, alert.category, alert.severity, alert.confidence,
-                alert.summary, alert.first_ns, alert.last_ns, alert.status, json.dumps(alert.detections, default=str),
+                alert.summary, alert.first_ns, alert.last_ns, alert.status, self._detections_json.dumps(alert.detections),
                 alert.detection_count, alert.created_at, alert.updated_at)
 
     @staticmethod
@@ -120,7 +150,7 @@ class AlertStore:
                 "UPDATE alerts SET category = ?, severity = ?, confidence = ?, summary = ?, first_ns = ?, last_ns = ?, "
                 "detections = ?, detection_count = ?, updated_at = ? WHERE id = ?",
                 (alert.category, alert.severity, alert.confidence, alert.summary, alert.first_ns, alert.last_ns,
-                 json.dumps(alert.detections, default=str), alert.detection_count, alert.updated_at, alert.id))
+                 self._detections_json.dumps(alert.detections), alert.detection_count, alert.updated_at, alert.id))
 
     def get(self, alert_id: str) -> Alert | None:
         with self._db.lock:

@@ -60,3 +60,27 @@ def test_triage_ids_only_grow_even_when_the_newest_history_rows_are_deleted(tmp_
     store.set_status("alert-2", "FalsePositive")
     assert [(a, s) for _, a, s in store.triage_after(sent)] == [("alert-2", "FalsePositive")]
     db.close()
+
+
+def test_detections_are_stored_as_json_dumps_would_write_them(tmp_path: Path) -> None:
+    """Each detection's JSON is remembered (an alert is rewritten on every update): the stored text is the same
+    as dumping the whole list, also for detections read back from the database and evidence JSON cannot hold."""
+    import json
+
+    from appliance.detection.alert_store import _DetectionsJson
+
+    views = [{"id": f"d{i}", "detector": "dpi.tls.raw_ip", "confidence": 0.1 * i, "evidence": {"n": i, "at": Path("/x"),
+              "names": ["é", "\u2028"]}, "flow_ids": [f"f{i}"], "first_ns": i, "last_ns": i + 1} for i in range(30)]
+    memo = _DetectionsJson(size=16)
+    for window in (views[:10], views[5:25], views[:30], json.loads(json.dumps(views, default=str)), []):
+        assert memo.dumps(window) == json.dumps(window, default=str)
+    assert len(memo._by_id) <= 16
+    db = DetectionDatabase(tmp_path / "detection.db")
+    store = AlertStore(db)
+    first = alert(1)
+    first.detections = views[:3]
+    store.save("opened", first)
+    first.detections = views[:30]
+    store.save("updated", first)
+    assert store.get("alert-1").detections == json.loads(json.dumps(views, default=str))
+    db.close()
