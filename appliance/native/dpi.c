@@ -254,10 +254,29 @@ static PyObject *server_hello(PyObject *module, PyObject *payload)
                          server_texts_tuple(&hello.view));
 }
 
-/* An attribute that must be an int of 16 bits (what the parser gives). */
-static int u16_attribute(PyObject *hello, const char *name, unsigned *out)
+/* The attribute names the *_texts functions read, interned once per module: PyObject_GetAttrString would make
+ * a new str per call, and CPython's type attribute cache keeps the last names it saw alive (bounded, but it
+ * grows with every new address under a sanitizer's allocator). */
+enum { A_LEGACY_VERSION, A_CIPHERS, A_EXTENSIONS, A_SUPPORTED_VERSIONS, A_SIGNATURE_ALGORITHMS, A_GROUPS,
+       A_POINT_FORMATS, A_ALPN, A_CIPHER, A_SELECTED_VERSION, A_COUNT };
+static const char *const attribute_names[A_COUNT] = {
+    "legacy_version", "ciphers", "extensions", "supported_versions", "signature_algorithms", "groups",
+    "point_formats", "alpn", "cipher", "selected_version"};
+
+typedef struct {
+    PyObject *names[A_COUNT];
+} dpi_state;
+
+static PyObject *attribute(PyObject *module, PyObject *hello, int which)
 {
-    PyObject *value = PyObject_GetAttrString(hello, name);
+    return PyObject_GetAttr(hello, ((dpi_state *)PyModule_GetState(module))->names[which]);
+}
+
+/* An attribute that must be an int of 16 bits (what the parser gives). */
+static int u16_attribute(PyObject *module, PyObject *hello, int which, unsigned *out)
+{
+    const char *name = attribute_names[which];
+    PyObject *value = attribute(module, hello, which);
     if (value == NULL)
         return -1;
     long v = PyLong_AsLong(value);
@@ -273,9 +292,10 @@ static int u16_attribute(PyObject *hello, const char *name, unsigned *out)
 }
 
 /* A sequence attribute of 16-bit ints, copied into `pool` (freed by the caller whatever happens). */
-static int u16s_attribute(PyObject *hello, const char *name, tlsh_u16s *out, uint16_t **pool, int slot)
+static int u16s_attribute(PyObject *module, PyObject *hello, int which, tlsh_u16s *out, uint16_t **pool, int slot)
 {
-    PyObject *value = PyObject_GetAttrString(hello, name);
+    const char *name = attribute_names[which];
+    PyObject *value = attribute(module, hello, which);
     if (value == NULL)
         return -1;
     PyObject *seq = PySequence_Fast(value, name);
@@ -319,21 +339,21 @@ static int bytes_of_object(PyObject *value, const char *name, tlsh_bytes *out)
 static PyObject *client_hello_texts(PyObject *module, PyObject *hello)
 {
     enum { LISTS = 6 };
-    static const char *const names[LISTS] = {"ciphers", "extensions", "supported_versions", "signature_algorithms",
-                                             "groups", "point_formats"};
+    static const int names[LISTS] = {A_CIPHERS, A_EXTENSIONS, A_SUPPORTED_VERSIONS, A_SIGNATURE_ALGORITHMS, A_GROUPS,
+                                     A_POINT_FORMATS};
     uint16_t *pool[LISTS] = {NULL};
     tlsh_client_view view;
     memset(&view, 0, sizeof(view));
     tlsh_u16s *lists[LISTS] = {&view.ciphers, &view.extensions, &view.versions, &view.sig_algs, &view.groups,
                                &view.point_formats};
     PyObject *out = NULL, *alpn = NULL;
-    if (u16_attribute(hello, "legacy_version", &view.legacy_version) < 0)
+    if (u16_attribute(module, hello, A_LEGACY_VERSION, &view.legacy_version) < 0)
         goto done;
     for (int i = 0; i < LISTS; i++) {
-        if (u16s_attribute(hello, names[i], lists[i], pool, i) < 0)
+        if (u16s_attribute(module, hello, names[i], lists[i], pool, i) < 0)
             goto done;
     }
-    alpn = PyObject_GetAttrString(hello, "alpn");  /* held while the view points into its first name */
+    alpn = attribute(module, hello, A_ALPN);  /* held while the view points into its first name */
     if (alpn == NULL)
         goto done;
     Py_ssize_t count = PySequence_Size(alpn);
@@ -361,12 +381,12 @@ static PyObject *server_hello_texts(PyObject *module, PyObject *hello)
     memset(&view, 0, sizeof(view));
     uint16_t *pool[1] = {NULL};
     PyObject *out = NULL, *alpn = NULL;
-    if (u16_attribute(hello, "legacy_version", &view.legacy_version) < 0
-        || u16_attribute(hello, "cipher", &view.cipher) < 0
-        || u16_attribute(hello, "selected_version", &view.selected_version) < 0
-        || u16s_attribute(hello, "extensions", &view.extensions, pool, 0) < 0)
+    if (u16_attribute(module, hello, A_LEGACY_VERSION, &view.legacy_version) < 0
+        || u16_attribute(module, hello, A_CIPHER, &view.cipher) < 0
+        || u16_attribute(module, hello, A_SELECTED_VERSION, &view.selected_version) < 0
+        || u16s_attribute(module, hello, A_EXTENSIONS, &view.extensions, pool, 0) < 0)
         goto done;
-    alpn = PyObject_GetAttrString(hello, "alpn");
+    alpn = attribute(module, hello, A_ALPN);
     if (alpn == NULL || bytes_of_object(alpn, "alpn", &view.alpn) < 0)
         goto done;
     out = server_texts_tuple(&view);
@@ -390,12 +410,44 @@ static PyMethodDef dpi_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static int dpi_exec(PyObject *module)
+{
+    dpi_state *state = PyModule_GetState(module);
+    for (int i = 0; i < A_COUNT; i++) {
+        state->names[i] = PyUnicode_InternFromString(attribute_names[i]);
+        if (state->names[i] == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+static int dpi_clear(PyObject *module)
+{
+    dpi_state *state = PyModule_GetState(module);
+    for (int i = 0; state != NULL && i < A_COUNT; i++)
+        Py_CLEAR(state->names[i]);
+    return 0;
+}
+
+static void dpi_free(void *module)
+{
+    dpi_clear(module);
+}
+
+static PyModuleDef_Slot dpi_slots[] = {
+    {Py_mod_exec, dpi_exec},
+    {0, NULL},
+};
+
 static struct PyModuleDef dpi_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "appliance.native.dpi",
     .m_doc = "C helpers for deep packet inspection (see dpi.c).",
-    .m_size = 0,
+    .m_size = sizeof(dpi_state),
     .m_methods = dpi_functions,
+    .m_slots = dpi_slots,
+    .m_clear = dpi_clear,
+    .m_free = dpi_free,
 };
 
 PyMODINIT_FUNC PyInit_dpi(void)
