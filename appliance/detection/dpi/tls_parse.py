@@ -6,9 +6,10 @@ a direction, every length checked against what is left, no recursion. A hello cu
 size or split over records is still read as far as its bytes go (`complete` says whether it was whole);
 anything that is not a hello gives None. Nothing here raises on hostile input.
 
-The hellos are read in C (appliance/native/tls_hello.h: a Chrome hello costs about 30 us in this Python, under
-2 us there); `parse_client_hello_reference` and `parse_server_hello_reference` are the Python the C equals,
-field for field, which tests/appliance/native/test_tls_hello.py checks on real, cut, hostile and mutated hellos.
+The hellos are read in C (appliance/native/tls_hello.h: a Chrome-shaped hello takes 12.6 us to parse in this
+Python, 1.2 us there); `parse_client_hello_reference` and `parse_server_hello_reference` are the Python the C
+equals, field for field, which tests/appliance/native/test_tls_hello.py checks on real, cut, hostile and mutated
+hellos.
 """
 
 from __future__ import annotations
