@@ -157,9 +157,17 @@ def real_hellos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 def test_the_detectors_read_hellos_in_c(real_hellos: dict[str, bytes], monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    for name in ("client_hello", "server_hello"):
+
+    def spy(name: str) -> Any:
         real = getattr(dpi, name)
-        monkeypatch.setattr(dpi, name, lambda payload, real=real, name=name: calls.append(name) or real(payload))
+
+        def called(payload: bytes) -> Any:
+            calls.append(name)
+            return real(payload)
+        return called
+
+    for name in ("client_hello", "server_hello"):
+        monkeypatch.setattr(dpi, name, spy(name))
     flow = FlowRecord("f", "agent", 6, Transport.TCP, 1, 40000, 2, 443, 0, 1)
     flow.samples = [Packet(0, direction, 6, Transport.TCP, 1, 2, 40000, 443, len(payload) + 52, payload)
                     for direction, payload in ((1, real_hellos["chrome"]), (2, real_hellos["server13"]))]
@@ -375,11 +383,15 @@ def test_objects_with_values_no_parser_gives_are_refused(real_hellos: dict[str, 
                                 ("extensions", ("a",), TypeError), ("point_formats", 3, TypeError),
                                 ("legacy_version", 1 << 70, OverflowError), ("alpn", ("h2",), TypeError),
                                 ("alpn", 5, TypeError)):
+        wrong_client = dataclasses.replace(hello)
+        setattr(wrong_client, field, value)
         with pytest.raises(error):
-            dpi.client_hello_texts(dataclasses.replace(hello, **{field: value}))
-    for field, value in (("cipher", 0x10000), ("selected_version", -1), ("alpn", "h2"), ("extensions", None)):
+            dpi.client_hello_texts(wrong_client)
+    for server_field, bad_value in (("cipher", 0x10000), ("selected_version", -1), ("alpn", "h2"), ("extensions", None)):
+        wrong_server = dataclasses.replace(server)
+        setattr(wrong_server, server_field, bad_value)
         with pytest.raises((ValueError, TypeError)):
-            dpi.server_hello_texts(dataclasses.replace(server, **{field: value}))
+            dpi.server_hello_texts(wrong_server)
     for wrong in (None, 3, "text", memoryview(real_hellos["chrome"])[::2]):
         with pytest.raises((TypeError, BufferError, ValueError)):
             dpi.client_hello(wrong)
@@ -387,13 +399,14 @@ def test_objects_with_values_no_parser_gives_are_refused(real_hellos: dict[str, 
             dpi.server_hello(wrong)
     with pytest.raises(AttributeError):
         dpi.client_hello_texts(object())
-    edited = dataclasses.replace(hello, signature_algorithms=[0x0403], ciphers=list(hello.ciphers))  # lists too
+    edited = dataclasses.replace(hello, signature_algorithms=[0x0403], ciphers=list(hello.ciphers))  # type: ignore[arg-type]  # lists too
     assert ja4(edited) == ja4_reference(edited) and ja3(edited) == hashlib.md5(ja3_string_reference(edited).encode()).hexdigest()
 
 
 def test_no_leak_and_buffers_released(real_hellos: dict[str, bytes]) -> None:
     client, server = bytearray(real_hellos["chrome"]), bytearray(real_hellos["server13"])
-    hello, reply = parse_client_hello(client), parse_server_hello(server)
+    hello, reply = parse_client_hello(bytes(client)), parse_server_hello(bytes(server))
+    assert hello is not None and reply is not None
     bad = dataclasses.replace(hello, alpn=(b"h2", 3), groups=(1, 2, 1 << 20))  # type: ignore[arg-type]
 
     def calls() -> None:
