@@ -310,7 +310,14 @@ static int u16s_attribute(PyObject *module, PyObject *hello, int which, tlsh_u16
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        /* ints only: converting anything else could run an __index__ that shrinks the list under this loop */
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyLong_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "%s holds a %.100s, not an int", name, Py_TYPE(item)->tp_name);
+            Py_DECREF(seq);
+            return -1;
+        }
+        long v = PyLong_AsLong(item);
         if ((v == -1 && PyErr_Occurred()) || v < 0 || v > 0xFFFF) {
             if (!PyErr_Occurred())
                 PyErr_Format(PyExc_ValueError, "%s holds %ld: not a 16-bit value", name, v);

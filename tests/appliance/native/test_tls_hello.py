@@ -399,6 +399,19 @@ def test_objects_with_values_no_parser_gives_are_refused(real_hellos: dict[str, 
             dpi.server_hello(wrong)
     with pytest.raises(AttributeError):
         dpi.client_hello_texts(object())
+    ciphers: list[Any] = [0x1301] * 50
+
+    class Shrinking:
+        def __index__(self) -> int:  # would empty the list the C is walking
+            ciphers.clear()
+            return 1
+
+    ciphers[1] = Shrinking()
+    sneaky = dataclasses.replace(hello)
+    sneaky.ciphers = ciphers  # type: ignore[assignment]
+    with pytest.raises(TypeError):
+        dpi.client_hello_texts(sneaky)
+    assert len(ciphers) == 50
     edited = dataclasses.replace(hello, signature_algorithms=[0x0403], ciphers=list(hello.ciphers))  # type: ignore[arg-type]  # lists too
     assert ja4(edited) == ja4_reference(edited) and ja3(edited) == hashlib.md5(ja3_string_reference(edited).encode()).hexdigest()
 
