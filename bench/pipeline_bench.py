@@ -184,6 +184,42 @@ def tls_costs(flows: list) -> dict[str, float]:
     return costs
 
 
+def hello_costs(flows: list) -> dict[str, dict[str, float]]:
+    """Microseconds per flow to read both hellos with their JA4, JA3 and JA4S: in C (what `tls_metadata` calls)
+    and by the Python references (the baseline, same run, same payloads), median of ROUNDS each."""
+    import hashlib
+
+    from appliance.detection.dpi import tls_fingerprint as fp
+    from appliance.detection.dpi import tls_parse as tp
+    from appliance.detection.dpi.tls_meta import _joined, opens_handshake
+
+    def python(client: bytes, server: bytes) -> None:
+        hello = tp.parse_client_hello_reference(client)
+        if hello is not None:
+            fp.ja4_reference(hello), hashlib.md5(fp.ja3_string_reference(hello).encode(), usedforsecurity=False).hexdigest()
+        reply = tp.parse_server_hello_reference(server)
+        if reply is not None:
+            fp.ja4s_reference(reply)
+
+    def native(client: bytes, server: bytes) -> None:
+        fp.read_client_hello(client), fp.read_server_hello(server)
+
+    sets = {"corpus_hellos": [f for f in flows if f.samples and opens_handshake(f)], "tls13": _browser_flows(500)["tls13"]}
+    costs: dict[str, dict[str, float]] = {}
+    for kind, items in sets.items():
+        pairs = [(_joined(f.samples, 1), _joined(f.samples, 2)) for f in items]
+        costs[kind] = {}
+        for name, read in (("python", python), ("c", native)):
+            times = []
+            for _ in range(ROUNDS):
+                start = time.perf_counter()
+                for client, server in pairs:
+                    read(client, server)
+                times.append((time.perf_counter() - start) / max(len(pairs), 1) * 1e6)
+            costs[kind][name] = statistics.median(times)
+    return costs
+
+
 def main() -> None:
     logging.disable(logging.WARNING)
     streams = corpus()
@@ -201,6 +237,10 @@ def main() -> None:
                 f"({tls['corpus_flows_with_handshake']:.0f} flows), Chrome hello + TLS 1.3 answer {tls['tls13']:.1f} us, "
                 f"Chrome hello + TLS 1.2 two-certificate chain {tls['tls12_chain']:.1f} us (median of {ROUNDS})")
     print(tls_line, flush=True)
+    hellos = hello_costs(flows)
+    hello_line = ("TLS hellos + JA4/JA3/JA4S per flow, C vs the Python reference (same run): " + ", ".join(
+        f"{kind} {c['c']:.1f} vs {c['python']:.1f} us ({c['python'] / c['c']:.1f}x)" for kind, c in hellos.items()))
+    print(hello_line, flush=True)
     e2e = {worker: statistics.median(e2e_round(streams, worker) for _ in range(E2E_ROUNDS))
            for worker in ("off", "process", "thread")}
     off, on = e2e["off"], e2e["process"]
@@ -210,10 +250,11 @@ def main() -> None:
     print(e2e_line)
     OUT.mkdir(parents=True, exist_ok=True)
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    (OUT / "pipeline.txt").write_text("\n".join([when, *lines, tls_line, e2e_line]) + "\n")
+    (OUT / "pipeline.txt").write_text("\n".join([when, *lines, tls_line, hello_line, e2e_line]) + "\n")
     figures = {"measured": when, "packets": packets, "flows": len(flows), "pipeline_flows_per_s": round(rate),
                "pipeline_us_per_flow": round(1e6 / rate, 2), "detections": detections, "alerts": alerts,
                "tls_us_per_flow": {k: round(v, 2) for k, v in tls.items()},
+               "tls_hello_us_per_flow": {k: {n: round(v, 2) for n, v in c.items()} for k, c in hellos.items()},
                "e2e_packets_per_s": {"ingestion_only": round(off), "with_analysis": round(on),
                                          "with_analysis_thread": round(e2e["thread"])}}
     (OUT / "pipeline.json").write_text(json.dumps(figures, indent=1) + "\n")

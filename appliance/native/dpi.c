@@ -7,12 +7,23 @@
  *     Bits per character of a str (code points) or a bytes-like object (bytes), 0.0 when empty:
  *     log2(n) - sum(c * log2(c)) / n over the counts c of distinct symbols, summed in ascending
  *     symbol order.
+ *
+ * client_hello(payload) -> ((12 ClientHello fields), (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)) | None
+ * server_hello(payload) -> ((6 ServerHello fields), (ja4s head, ja4s extensions)) | None
+ *     The hello at the start of a direction's joined samples (tls_hello.h, the twin of tls_parse.py), its
+ *     fields in the order of the dataclass, and the strings its fingerprints hash (tlsh_client_texts,
+ *     tlsh_server_texts); None where parse_*_hello_reference gives None.
+ * client_hello_texts(hello) -> (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)
+ * server_hello_texts(hello) -> (ja4s head, ja4s extensions)
+ *     The same strings from a ClientHello/ServerHello object (its integers must be 16-bit, its ALPN bytes).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+#include "tls_hello.h"
 
 /* Counts of one-byte symbols: a table, no sorting. */
 static double entropy_of_bytes(const unsigned char *data, Py_ssize_t n)
@@ -80,18 +91,370 @@ static PyObject *shannon_entropy(PyObject *module, PyObject *text)
     return PyFloat_FromDouble(value);
 }
 
+static PyObject *ascii_text(const char *text, size_t len)
+{
+    PyObject *out = PyUnicode_New((Py_ssize_t)len, 127);
+    if (out != NULL)
+        memcpy(PyUnicode_1BYTE_DATA(out), text, len);
+    return out;
+}
+
+static PyObject *u16_tuple(tlsh_u16s list)
+{
+    PyObject *out = PyTuple_New((Py_ssize_t)list.n);
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < list.n; i++) {
+        PyObject *value = PyLong_FromLong(list.v[i]);
+        if (value == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, (Py_ssize_t)i, value);
+    }
+    return out;
+}
+
+/* version_name(): the _VERSIONS name or 0x%04x. */
+static PyObject *version_text(unsigned version)
+{
+    const char *name = tlsh_version_name(version);
+    if (name != NULL)
+        return ascii_text(name, strlen(name));
+    char hex[6] = {'0', 'x'};
+    tlsh_hex4(hex + 2, version);
+    return ascii_text(hex, 6);
+}
+
+/* name.decode("ascii", "replace").lower().rstrip("."): a byte >= 0x80 becomes U+FFFD, never a dot, so the
+ * dots are stripped from the bytes first. */
+static PyObject *sni_text(tlsh_bytes name)
+{
+    size_t n = name.n;
+    while (n > 0 && name.p[n - 1] == '.')
+        n--;
+    int wide = 0;
+    for (size_t i = 0; i < n; i++)
+        wide |= name.p[i] >= 0x80;
+    PyObject *out = PyUnicode_New((Py_ssize_t)n, wide ? 0xFFFD : 127);
+    if (out == NULL)
+        return NULL;
+    int kind = PyUnicode_KIND(out);
+    void *data = PyUnicode_DATA(out);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = name.p[i];
+        Py_UCS4 ch = c >= 0x80 ? 0xFFFD : (c >= 'A' && c <= 'Z') ? (Py_UCS4)(c + 32) : c;
+        PyUnicode_WRITE(kind, data, (Py_ssize_t)i, ch);
+    }
+    return out;
+}
+
+static PyObject *bytes_of(tlsh_bytes b)
+{
+    return PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.n);
+}
+
+/* Small texts and sorts on the stack; a hostile hello's 8 K-value lists on the heap. */
+#define TEXT_ON_STACK 4096
+#define SORT_ON_STACK 512
+
+static PyObject *client_texts_tuple(const tlsh_client_view *view)
+{
+    char text_stack[TEXT_ON_STACK];
+    uint16_t sort_stack[SORT_ON_STACK];
+    size_t text_need = tlsh_client_text_bound(view), sort_need = tlsh_client_sort_bound(view);
+    char *text = text_need <= TEXT_ON_STACK ? text_stack : PyMem_Malloc(text_need);
+    uint16_t *sort = sort_need <= SORT_ON_STACK ? sort_stack : PyMem_Malloc(sort_need * sizeof(uint16_t));
+    PyObject *out = NULL;
+    if (text == NULL || sort == NULL) {
+        PyErr_NoMemory();
+    } else {
+        size_t lens[4];
+        tlsh_client_texts(view, text, sort, lens);
+        out = PyTuple_New(4);
+        for (size_t i = 0, at = 0; out != NULL && i < 4; at += lens[i], i++) {
+            PyObject *item = ascii_text(text + at, lens[i]);
+            if (item == NULL)
+                Py_CLEAR(out);
+            else
+                PyTuple_SET_ITEM(out, (Py_ssize_t)i, item);
+        }
+    }
+    if (text != text_stack)
+        PyMem_Free(text);
+    if (sort != sort_stack)
+        PyMem_Free(sort);
+    return out;
+}
+
+static PyObject *server_texts_tuple(const tlsh_server_view *view)
+{
+    char text_stack[TEXT_ON_STACK];
+    size_t need = tlsh_server_text_bound(view);
+    char *text = need <= TEXT_ON_STACK ? text_stack : PyMem_Malloc(need);
+    if (text == NULL)
+        return PyErr_NoMemory();
+    size_t lens[2];
+    tlsh_server_texts(view, text, lens);
+    PyObject *out = Py_BuildValue("(s#s#)", text, (Py_ssize_t)lens[0], text + lens[0], (Py_ssize_t)lens[1]);
+    if (text != text_stack)
+        PyMem_Free(text);
+    return out;
+}
+
+/* The ClientHello dataclass's fields, in order. */
+static PyObject *client_fields(const tlsh_client_hello *h)
+{
+    unsigned max = tlsh_max_version(&h->view);
+    PyObject *alpn = PyTuple_New((Py_ssize_t)h->alpn_n);
+    for (size_t i = 0; alpn != NULL && i < h->alpn_n; i++) {
+        PyObject *name = bytes_of(h->alpn[i]);
+        if (name == NULL)
+            Py_CLEAR(alpn);
+        else
+            PyTuple_SET_ITEM(alpn, (Py_ssize_t)i, name);
+    }
+    if (alpn == NULL)
+        return NULL;
+    /* "N" steals each reference and releases the rest when one of them is NULL (Py_BuildValue's contract). */
+    return Py_BuildValue("(NNINNNNNNNNN)",
+                         version_text(tlsh_version_name(max) != NULL ? max : h->view.legacy_version),
+                         sni_text(h->sni), h->view.legacy_version, u16_tuple(h->view.ciphers),
+                         u16_tuple(h->view.extensions), u16_tuple(h->view.versions), u16_tuple(h->view.sig_algs),
+                         u16_tuple(h->view.groups), u16_tuple(h->view.point_formats), alpn,
+                         PyBool_FromLong(h->has_sni_extension), PyBool_FromLong(h->complete));
+}
+
+static PyObject *client_hello(PyObject *module, PyObject *payload)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    tlsh_scratch scratch;
+    tlsh_client_hello hello;
+    int found = tlsh_parse_client_hello(view.buf, (size_t)view.len, &scratch, &hello);
+    PyObject *out = found ? Py_BuildValue("(NN)", client_fields(&hello), client_texts_tuple(&hello.view)) : Py_NewRef(Py_None);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyObject *server_hello(PyObject *module, PyObject *payload)
+{
+    Py_buffer view;
+    if (PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    tlsh_scratch scratch;
+    tlsh_server_hello hello;
+    int found = tlsh_parse_server_hello(view.buf, (size_t)view.len, &scratch, &hello);
+    PyBuffer_Release(&view);
+    if (!found)
+        Py_RETURN_NONE;
+    return Py_BuildValue("((IININO)N)", hello.view.legacy_version, hello.view.cipher, u16_tuple(hello.view.extensions),
+                         hello.view.selected_version, bytes_of(hello.view.alpn), hello.complete ? Py_True : Py_False,
+                         server_texts_tuple(&hello.view));
+}
+
+/* The attribute names the *_texts functions read, interned once per module: PyObject_GetAttrString would make
+ * a new str per call, and CPython's type attribute cache keeps the last names it saw alive (bounded, but it
+ * grows with every new address under a sanitizer's allocator). */
+enum { A_LEGACY_VERSION, A_CIPHERS, A_EXTENSIONS, A_SUPPORTED_VERSIONS, A_SIGNATURE_ALGORITHMS, A_GROUPS,
+       A_POINT_FORMATS, A_ALPN, A_CIPHER, A_SELECTED_VERSION, A_COUNT };
+static const char *const attribute_names[A_COUNT] = {
+    "legacy_version", "ciphers", "extensions", "supported_versions", "signature_algorithms", "groups",
+    "point_formats", "alpn", "cipher", "selected_version"};
+
+typedef struct {
+    PyObject *names[A_COUNT];
+} dpi_state;
+
+static PyObject *attribute(PyObject *module, PyObject *hello, int which)
+{
+    return PyObject_GetAttr(hello, ((dpi_state *)PyModule_GetState(module))->names[which]);
+}
+
+/* An attribute that must be an int of 16 bits (what the parser gives). */
+static int u16_attribute(PyObject *module, PyObject *hello, int which, unsigned *out)
+{
+    const char *name = attribute_names[which];
+    PyObject *value = attribute(module, hello, which);
+    if (value == NULL)
+        return -1;
+    long v = PyLong_AsLong(value);
+    Py_DECREF(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0 || v > 0xFFFF) {
+        PyErr_Format(PyExc_ValueError, "%s is %ld: not a 16-bit value", name, v);
+        return -1;
+    }
+    *out = (unsigned)v;
+    return 0;
+}
+
+/* A sequence attribute of 16-bit ints, copied into `pool` (freed by the caller whatever happens). */
+static int u16s_attribute(PyObject *module, PyObject *hello, int which, tlsh_u16s *out, uint16_t **pool, int slot)
+{
+    const char *name = attribute_names[which];
+    PyObject *value = attribute(module, hello, which);
+    if (value == NULL)
+        return -1;
+    PyObject *seq = PySequence_Fast(value, name);
+    Py_DECREF(value);
+    if (seq == NULL)
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    pool[slot] = PyMem_Malloc((size_t)n * sizeof(uint16_t) + 1);
+    if (pool[slot] == NULL) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* ints only: converting anything else could run an __index__ that shrinks the list under this loop */
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyLong_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "%s holds a %.100s, not an int", name, Py_TYPE(item)->tp_name);
+            Py_DECREF(seq);
+            return -1;
+        }
+        long v = PyLong_AsLong(item);
+        if ((v == -1 && PyErr_Occurred()) || v < 0 || v > 0xFFFF) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "%s holds %ld: not a 16-bit value", name, v);
+            Py_DECREF(seq);
+            return -1;
+        }
+        pool[slot][i] = (uint16_t)v;
+    }
+    Py_DECREF(seq);
+    out->v = pool[slot];
+    out->n = (size_t)n;
+    return 0;
+}
+
+static int bytes_of_object(PyObject *value, const char *name, tlsh_bytes *out)
+{
+    if (!PyBytes_Check(value)) {
+        PyErr_Format(PyExc_TypeError, "%s must be bytes, not %.100s", name, Py_TYPE(value)->tp_name);
+        return -1;
+    }
+    out->p = (const unsigned char *)PyBytes_AS_STRING(value);
+    out->n = (size_t)PyBytes_GET_SIZE(value);
+    return 0;
+}
+
+static PyObject *client_hello_texts(PyObject *module, PyObject *hello)
+{
+    enum { LISTS = 6 };
+    static const int names[LISTS] = {A_CIPHERS, A_EXTENSIONS, A_SUPPORTED_VERSIONS, A_SIGNATURE_ALGORITHMS, A_GROUPS,
+                                     A_POINT_FORMATS};
+    uint16_t *pool[LISTS] = {NULL};
+    tlsh_client_view view;
+    memset(&view, 0, sizeof(view));
+    tlsh_u16s *lists[LISTS] = {&view.ciphers, &view.extensions, &view.versions, &view.sig_algs, &view.groups,
+                               &view.point_formats};
+    PyObject *out = NULL, *alpn = NULL;
+    if (u16_attribute(module, hello, A_LEGACY_VERSION, &view.legacy_version) < 0)
+        goto done;
+    for (int i = 0; i < LISTS; i++) {
+        if (u16s_attribute(module, hello, names[i], lists[i], pool, i) < 0)
+            goto done;
+    }
+    alpn = attribute(module, hello, A_ALPN);  /* held while the view points into its first name */
+    if (alpn == NULL)
+        goto done;
+    Py_ssize_t count = PySequence_Size(alpn);
+    if (count < 0)
+        goto done;
+    if (count > 0) {
+        PyObject *first = PySequence_GetItem(alpn, 0);
+        if (first == NULL)
+            goto done;
+        Py_SETREF(alpn, first);
+        if (bytes_of_object(alpn, "alpn[0]", &view.alpn_first) < 0)
+            goto done;
+    }
+    out = client_texts_tuple(&view);
+done:
+    Py_XDECREF(alpn);
+    for (int i = 0; i < LISTS; i++)
+        PyMem_Free(pool[i]);
+    return out;
+}
+
+static PyObject *server_hello_texts(PyObject *module, PyObject *hello)
+{
+    tlsh_server_view view;
+    memset(&view, 0, sizeof(view));
+    uint16_t *pool[1] = {NULL};
+    PyObject *out = NULL, *alpn = NULL;
+    if (u16_attribute(module, hello, A_LEGACY_VERSION, &view.legacy_version) < 0
+        || u16_attribute(module, hello, A_CIPHER, &view.cipher) < 0
+        || u16_attribute(module, hello, A_SELECTED_VERSION, &view.selected_version) < 0
+        || u16s_attribute(module, hello, A_EXTENSIONS, &view.extensions, pool, 0) < 0)
+        goto done;
+    alpn = attribute(module, hello, A_ALPN);
+    if (alpn == NULL || bytes_of_object(alpn, "alpn", &view.alpn) < 0)
+        goto done;
+    out = server_texts_tuple(&view);
+done:
+    Py_XDECREF(alpn);
+    PyMem_Free(pool[0]);
+    return out;
+}
+
 static PyMethodDef dpi_functions[] = {
+    {"client_hello", client_hello, METH_O,
+     "client_hello(payload) -> ((ClientHello fields), (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)) | None."},
+    {"server_hello", server_hello, METH_O,
+     "server_hello(payload) -> ((ServerHello fields), (ja4s head, ja4s extensions)) | None."},
+    {"client_hello_texts", client_hello_texts, METH_O,
+     "client_hello_texts(hello) -> (ja4 head, ja4 ciphers, ja4 extensions, ja3 string) of a ClientHello."},
+    {"server_hello_texts", server_hello_texts, METH_O,
+     "server_hello_texts(hello) -> (ja4s head, ja4s extensions) of a ServerHello."},
     {"shannon_entropy", shannon_entropy, METH_O,
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},
     {NULL, NULL, 0, NULL},
+};
+
+static int dpi_exec(PyObject *module)
+{
+    dpi_state *state = PyModule_GetState(module);
+    for (int i = 0; i < A_COUNT; i++) {
+        state->names[i] = PyUnicode_InternFromString(attribute_names[i]);
+        if (state->names[i] == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+static int dpi_clear(PyObject *module)
+{
+    dpi_state *state = PyModule_GetState(module);
+    for (int i = 0; state != NULL && i < A_COUNT; i++)
+        Py_CLEAR(state->names[i]);
+    return 0;
+}
+
+static void dpi_free(void *module)
+{
+    dpi_clear(module);
+}
+
+static PyModuleDef_Slot dpi_slots[] = {
+    {Py_mod_exec, dpi_exec},
+    {0, NULL},
 };
 
 static struct PyModuleDef dpi_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "appliance.native.dpi",
     .m_doc = "C helpers for deep packet inspection (see dpi.c).",
-    .m_size = 0,
+    .m_size = sizeof(dpi_state),
     .m_methods = dpi_functions,
+    .m_slots = dpi_slots,
+    .m_clear = dpi_clear,
+    .m_free = dpi_free,
 };
 
 PyMODINIT_FUNC PyInit_dpi(void)

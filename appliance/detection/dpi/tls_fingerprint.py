@@ -3,6 +3,10 @@
 Pure functions of a parsed hello. JA4 is the current reference (sorted lists, so extension-order
 randomisation in browsers does not change it); JA3 is kept for compatibility with older threat
 intelligence. GREASE values (RFC 8701) are ignored everywhere.
+
+The strings the fingerprints hash are built in C (appliance/native/tls_hello.h), in the same call that reads
+the hello for `read_client_hello`/`read_server_hello`; hashing stays with hashlib. `ja4_reference`,
+`ja4s_reference` and `ja3_string_reference` are the Python the C equals (tests/appliance/native/test_tls_hello.py).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import hashlib
 
 from appliance.detection.dpi.tls_parse import EXT_ALPN, EXT_SNI, ClientHello, ServerHello, is_grease
+from appliance.native import dpi as native_dpi
 
 _JA4_VERSIONS = {0x0304: "13", 0x0303: "12", 0x0302: "11", 0x0301: "10", 0x0300: "s3", 0x0002: "s2",
                  0xFEFF: "d1", 0xFEFD: "d2", 0xFEFC: "d3"}
@@ -43,8 +48,60 @@ def _count(n: int) -> str:
     return f"{min(n, 99):02d}"
 
 
+def _ja4_of(texts: tuple[str, str, str, str], transport: str) -> str:
+    head, ciphers, extensions, _ = texts
+    return f"{transport}{head}_{_sha12(ciphers) if ciphers else _EMPTY}_{_sha12(extensions) if extensions else _EMPTY}"
+
+
+def _ja3_of(text: str) -> str:
+    return hashlib.md5(text.encode("ascii"), usedforsecurity=False).hexdigest()
+
+
+def _ja4s_of(texts: tuple[str, str], transport: str) -> str:
+    head, extensions = texts
+    return f"{transport}{head}_{_sha12(extensions) if extensions else _EMPTY}"
+
+
 def ja4(hello: ClientHello, transport: str = "t") -> str:
     """JA4 of a ClientHello, e.g. t13d1516h2_8daaf6152771_e5627efa2ab1."""
+    return _ja4_of(native_dpi.client_hello_texts(hello), transport)
+
+
+def ja4s(hello: ServerHello, transport: str = "t") -> str:
+    """JA4S of a ServerHello, e.g. t120400_c030_4e8089b08790."""
+    return _ja4s_of(native_dpi.server_hello_texts(hello), transport)
+
+
+def ja3_string(hello: ClientHello) -> str:
+    """SSLVersion,Ciphers,Extensions,EllipticCurves,EcPointFormats (decimal, dash-joined, GREASE removed)."""
+    return native_dpi.client_hello_texts(hello)[3]
+
+
+def ja3(hello: ClientHello) -> str:
+    """JA3: the MD5 of `ja3_string` (an identifier, not a security use of MD5)."""
+    return _ja3_of(ja3_string(hello))
+
+
+def read_client_hello(payload: bytes, transport: str = "t") -> tuple[ClientHello, str, str] | None:
+    """The ClientHello at the start of `payload` with its JA4 and JA3, in one C call; None when it is not one."""
+    found = native_dpi.client_hello(payload)
+    if found is None:
+        return None
+    fields, texts = found
+    return ClientHello(*fields), _ja4_of(texts, transport), _ja3_of(texts[3])
+
+
+def read_server_hello(payload: bytes, transport: str = "t") -> tuple[ServerHello, str] | None:
+    """The ServerHello at the start of `payload` with its JA4S, in one C call; None when it is not one."""
+    found = native_dpi.server_hello(payload)
+    if found is None:
+        return None
+    fields, texts = found
+    return ServerHello(*fields), _ja4s_of(texts, transport)
+
+
+def ja4_reference(hello: ClientHello, transport: str = "t") -> str:
+    """`ja4` in Python: what the C must give (used by the tests)."""
     ciphers = [c for c in hello.ciphers if not is_grease(c)]
     extensions = [e for e in hello.extensions if not is_grease(e)]
     version = _JA4_VERSIONS.get(hello.max_version, "00")
@@ -61,8 +118,8 @@ def ja4(hello: ClientHello, transport: str = "t") -> str:
     return f"{prefix}_{cipher_hash}_{extension_hash}"
 
 
-def ja4s(hello: ServerHello, transport: str = "t") -> str:
-    """JA4S of a ServerHello, e.g. t120400_c030_4e8089b08790."""
+def ja4s_reference(hello: ServerHello, transport: str = "t") -> str:
+    """`ja4s` in Python: what the C must give (used by the tests)."""
     extensions = [e for e in hello.extensions if not is_grease(e)]
     version = _JA4_VERSIONS.get(hello.version, "00")
     prefix = f"{transport}{version}{_count(len(extensions))}{alpn_code(hello.alpn)}"
@@ -70,14 +127,10 @@ def ja4s(hello: ServerHello, transport: str = "t") -> str:
     return f"{prefix}_{hello.cipher:04x}_{extension_hash}"
 
 
-def ja3_string(hello: ClientHello) -> str:
-    """SSLVersion,Ciphers,Extensions,EllipticCurves,EcPointFormats (decimal, dash-joined, GREASE removed)."""
+def ja3_string_reference(hello: ClientHello) -> str:
+    """`ja3_string` in Python: what the C must give (used by the tests)."""
     def join(values: list[int]) -> str:
         return "-".join([str(v) for v in values if not is_grease(v)])
     return ",".join((str(hello.legacy_version), join(hello.ciphers), join(hello.extensions), join(hello.groups),
                      "-".join(map(str, hello.point_formats))))
 
-
-def ja3(hello: ClientHello) -> str:
-    """JA3: the MD5 of `ja3_string` (an identifier, not a security use of MD5)."""
-    return hashlib.md5(ja3_string(hello).encode("ascii"), usedforsecurity=False).hexdigest()

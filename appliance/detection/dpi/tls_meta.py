@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.detection.dpi.tls_cert import CertificateInfo, read_certificate
-from appliance.detection.dpi.tls_fingerprint import ja3, ja4, ja4s
-from appliance.detection.dpi.tls_parse import (MAX_HANDSHAKE_BYTES, ClientHello, ServerHello, certificate_chain,
-                                               parse_client_hello, parse_server_hello, version_name)
+from appliance.detection.dpi.tls_fingerprint import read_client_hello, read_server_hello
+from appliance.detection.dpi.tls_parse import MAX_HANDSHAKE_BYTES, ClientHello, ServerHello, certificate_chain, version_name
 from appliance.model import FlowRecord, Packet
 
 _OUTBOUND, _INBOUND = 1, 2
@@ -84,16 +83,16 @@ def opens_handshake(flow: FlowRecord) -> bool:
 
 def tls_metadata(flow: FlowRecord) -> TlsMetadata | None:
     """The handshake metadata of `flow`, or None when its samples hold neither hello."""
-    client = parse_client_hello(_joined(flow.samples, _OUTBOUND))
+    client = read_client_hello(_joined(flow.samples, _OUTBOUND))
     inbound = _joined(flow.samples, _INBOUND)
-    server = parse_server_hello(inbound)
+    server = read_server_hello(inbound)
     if client is None and server is None:
         return None
-    meta = TlsMetadata(client, server)
+    meta = TlsMetadata(None, None)
     if client is not None:
-        meta.ja4, meta.ja3 = ja4(client), ja3(client)
+        meta.client_hello, meta.ja4, meta.ja3 = client
     if server is not None:
-        meta.ja4s = ja4s(server)
+        meta.server_hello, meta.ja4s = server
         chain = certificate_chain(inbound)
         if chain is not None:
             ders, meta.chain_complete = chain
