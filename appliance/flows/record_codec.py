@@ -14,7 +14,7 @@ from dataclasses import replace
 from appliance.errors import ApplianceError
 from appliance.generated import flow_record_pb2 as pb
 from appliance.model import DnsAnswer, DnsMessage, FlowRecord, IcmpInfo, Packet, Transport
-from appliance.native.fastpath import WireFlow, decode_records
+from appliance.native.fastpath import WireFlow, decode_dns_batch, decode_records
 
 VERSION = 1
 _VERSION_FIELD = pb.FlowRecordBatch(version=VERSION).SerializeToString()
@@ -212,7 +212,17 @@ def _decode_python(data: bytes) -> list[FlowRecord]:
 
 
 def decode_dns(data: bytes) -> list[tuple[str, DnsMessage, bool]]:
-    """The (agent_id, message, from_event) items of a serialized DnsBatch."""
+    """The (agent_id, message, from_event) items of a serialized DnsBatch, read in C (`fastpath.decode_dns_batch`:
+    the analysis process reads every DNS answer the ingest side saw, ~2-4 us each through upb)."""
+    try:
+        items = decode_dns_batch(data, DnsMessage, DnsAnswer)
+    except ValueError as err:  # UnicodeDecodeError included: a string field that is not UTF-8
+        raise RecordError(f"not a DNS batch: {err}") from None
+    return items if items is not None else _decode_dns_python(data)  # None: a repeated message field, which upb merges
+
+
+def _decode_dns_python(data: bytes) -> list[tuple[str, DnsMessage, bool]]:
+    """What decode_dns returns, read with upb: the reference the C reader is tested against."""
     batch = pb.DnsBatch()
     try:
         batch.ParseFromString(data)

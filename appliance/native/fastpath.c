@@ -2291,11 +2291,105 @@ static PyObject *fastpath_decode_records(PyObject *module, PyObject *const *args
     return ctx.list;
 }
 
+/* DnsBatch (proto/flow_record.proto): the DNS answers and events that travel ahead of the flows they explain. */
+enum { DB_ITEMS = 1 };
+enum { AD_AGENT = 1, AD_MESSAGE, AD_FROM_EVENT };
+static const uint8_t DNS_BATCH_KINDS[] = {[DB_ITEMS] = K_MSG};
+static const uint8_t AGENT_DNS_KINDS[] = {[AD_AGENT] = K_STR, [AD_MESSAGE] = K_MSG, [AD_FROM_EVENT] = K_BOOL};
+
+/* Where an AgentDns's message is, and how many times the field came (upb merges repeats: see below). */
+typedef struct {
+    const uint8_t *p, *end;
+    int count;
+} MsgRange;
+
+static int on_range(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *end)
+{
+    (void)field;
+    MsgRange *r = vctx;
+    r->p = p;
+    r->end = end;
+    r->count++;
+    return 0;
+}
+
+typedef struct {
+    const RecordMakers *mk;
+    PyObject *list;
+    int merged; /* a message field came twice: the caller reads the batch with upb, which merges them */
+} DnsBatchCtx;
+
+static int on_agent_dns(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *end)
+{
+    (void)field;
+    DnsBatchCtx *ctx = vctx;
+    MsgFields m = {0};
+    MsgRange r = {p, p, 0}; /* absent: an empty message, all defaults, as upb reads it */
+    if (read_message(p, end, KINDS(AGENT_DNS_KINDS), &m, on_range, &r, 1)) {
+        msg_fields_clear(&m);
+        return -1;
+    }
+    if (r.count > 1) {
+        ctx->merged = 1;
+        msg_fields_clear(&m);
+        return -1;
+    }
+    ReadCtx one = {.mk = ctx->mk, .list = PyList_New(0)};
+    if (one.list == NULL || on_dns(&one, DM_ANSWERS, r.p, r.end)) {
+        Py_XDECREF(one.list);
+        msg_fields_clear(&m);
+        return -1;
+    }
+    PyObject *item = PyTuple_New(3);
+    if (item != NULL) {
+        PyTuple_SET_ITEM(item, 0, field_str(&m, AD_AGENT));
+        PyTuple_SET_ITEM(item, 1, Py_NewRef(PyList_GET_ITEM(one.list, 0)));
+        PyTuple_SET_ITEM(item, 2, PyBool_FromLong((long)m.v[AD_FROM_EVENT]));
+    }
+    Py_DECREF(one.list);
+    msg_fields_clear(&m);
+    return append_owned(ctx->list, item);
+}
+
+/* decode_dns_batch(data, make_dns, make_answer) -> list[(agent_id, message, from_event)] | None */
+static PyObject *fastpath_decode_dns_batch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "decode_dns_batch takes 3 arguments: data, make_dns, make_answer");
+        return NULL;
+    }
+    RecordMakers mk = {.make_dns = args[1], .make_answer = args[2]};
+    Py_buffer data;
+    if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0)
+        return NULL;
+    DnsBatchCtx ctx = {.mk = &mk, .list = PyList_New(0)};
+    MsgFields m = {0};
+    int rc = ctx.list == NULL ? -1
+                              : read_message(data.buf, (const uint8_t *)data.buf + data.len, KINDS(DNS_BATCH_KINDS), &m,
+                                             on_agent_dns, &ctx, 0);
+    PyBuffer_Release(&data);
+    msg_fields_clear(&m);
+    if (rc < 0) {
+        Py_XDECREF(ctx.list);
+        if (ctx.merged && !PyErr_Occurred())
+            Py_RETURN_NONE;
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "not a DNS batch: broken protobuf encoding");
+        return NULL;
+    }
+    return ctx.list;
+}
+
 static PyMethodDef fastpath_functions[] = {
     {"dns_wire", (PyCFunction)(void (*)(void))fastpath_dns_wire, METH_VARARGS | METH_KEYWORDS,
      "dns_wire(payload, timestamp_ns=0, tcp=False, field=0) -> bytes | None: the serialized sensor.flows.DnsMessage\n"
      "of appliance.flows.dns.parse_dns (parse_dns_tcp when tcp), None where it returns None; with field > 0, that\n"
      "message as a length-delimited field of that number"},
+    {"decode_dns_batch", (PyCFunction)(void (*)(void))fastpath_decode_dns_batch, METH_FASTCALL,
+     "decode_dns_batch(data, make_dns, make_answer) -> list | None: the (agent_id, DnsMessage, from_event) items of a\n"
+     "serialized sensor.flows.DnsBatch, as record_codec reads them with upb; None when an item repeats its message\n"
+     "field (upb merges the repeats: read such a batch with upb); ValueError for bytes that are not a DnsBatch"},
     {"decode_records", (PyCFunction)(void (*)(void))fastpath_decode_records, METH_FASTCALL,
      "decode_records(data, make_record, make_packet, make_dns, make_answer, make_icmp, transports) -> list: the\n"
      "FlowRecords of a serialized sensor.flows.FlowRecordBatch as appliance.flows.record_codec reads them (made by\n"
