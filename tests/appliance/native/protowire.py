@@ -11,6 +11,7 @@ type is kept as an unknown field.
 
 from __future__ import annotations
 
+import random
 import struct
 
 VARINT, FIXED64, LEN, START_GROUP, END_GROUP, FIXED32 = 0, 1, 2, 3, 4, 5
@@ -141,3 +142,21 @@ def split_batch(data: bytes) -> tuple[list[bytes], bool]:
     except Malformed:
         return packets, True
     return packets, False
+
+
+# -- hostile bytes ------------------------------------------------------------------------------
+def mutated(data: bytes, rng: random.Random) -> bytes:
+    """`data` with 1-4 random edits: a byte replaced or a bit flipped, a few bytes deleted or inserted."""
+    out = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        at = rng.randrange(len(out)) if out else 0
+        action = rng.random()
+        if action < 0.5 and out:
+            out[at] = rng.randrange(256)
+        elif action < 0.7 and out:
+            out[at] ^= 1 << rng.randrange(8)
+        elif action < 0.85:
+            del out[at:at + rng.randint(1, 8)]
+        else:
+            out[at:at] = rng.randbytes(rng.randint(1, 8))
+    return bytes(out)
