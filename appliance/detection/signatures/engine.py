@@ -40,7 +40,7 @@ def compile_protocol(rules: tuple[Rule, ...]) -> ProtocolMatcher:
     Each field the rules read is fetched from the record once, then each rule's conditions are tested in
     order, stopping at the first that fails (AND). The source is generated from indexes only: field names
     and tests are reached through the tuples bound below, so no text of a rule file is ever compiled.
-    Measured against a loop over per-rule closures: ~half the time per record (bench/pipeline_bench.py).
+    Against one closure per rule, looped: 1.6 -> 1.1-1.25 us per DNS record of the bench corpus (2026-11-23).
     """
     fields: list[str] = []
     for rule in rules:
