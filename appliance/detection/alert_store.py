@@ -33,10 +33,10 @@ def _copy(alert: Alert) -> Alert:
 class _DetectionsJson:
     """The JSON of an alert's detection list, each detection serialized once.
 
-    An alert keeps its last 100 detections and is written again on every update: dumping the whole list
-    each time was a fifth of the analysis process's time when every flow is a detection. A detection's
-    view never changes once made, so its text is remembered by its id (a uuid4 analysis makes, never one an
-    agent chooses); the joined text is what json.dumps gives for the list.
+    An alert keeps its last 100 detections and is written again on every update: with each detection's text
+    remembered, an update dumps only what is new instead of all it keeps. A detection's view never changes
+    once made, so its text is remembered by its id (a uuid4 analysis makes, never one an agent chooses); the
+    joined text is what json.dumps gives for the list.
     """
 
     def __init__(self, size: int = 10_000) -> None:

@@ -80,7 +80,7 @@ def bowley_skew(values: list[float]) -> float:
 
 def _pstdev(values: list[float] | list[int], mean: float) -> float:
     """Population standard deviation around `mean`, in floats: statistics.pstdev's exact rational
-    arithmetic costs ~0.8 ms for a long series of integer sizes, for digits the scores round away."""
+    arithmetic costs ~160 us for 200 integer sizes (19 us here), for digits the scores round away."""
     return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
 
 

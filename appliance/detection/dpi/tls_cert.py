@@ -89,7 +89,7 @@ def issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
 
 
 # Servers send the same few certificates to every client, and reading one (x509 parsing, names, key, its
-# own signature when self-issued) costs ~60 us: what was read is remembered by its DER bytes. Keys are
+# own signature when self-issued) costs ~35-40 us: what was read is remembered by its DER bytes. Keys are
 # bytes, hashed by Python's per-process keyed SipHash (a certificate is attacker-chosen); full means
 # forgotten at once, as the other caches of the analysis side do.
 _MEMO_SIZE = 4096
