@@ -88,7 +88,7 @@ def test_flows_filter_by_agent_and_limit_and_detail(appliance):
         pkts = [wire.packet(ts_ms=BASE_MS + i, remote=f"3.3.3.{i + 1}") for i in range(count)]
         release = None
         stub.StreamPacketBatches(iter([sensor_pb2.PacketBatch(packets=pkts)]), metadata=[("x-machine-id", machine)])
-    appliance.app.pipeline.drain()
+    assert appliance.app.pipeline.drain()
     agents = {a["id"] for a in appliance.rest.get("/api/v1/agents")[1]["agents"]}
     assert len(agents) == 2
     all_flows = appliance.rest.get("/api/v1/flows")[1]
