@@ -176,7 +176,10 @@ def exercise(lab: Lab, enrolled: Enrolled, argv: list[str], log: Path) -> None:
         web = traffic(lab, "http", peer)
         tls = traffic(lab, "tls", peer)
 
-        flow = wait_for(lambda: find_flow(running, agent_id, remote_port=53, local_port=dns["local"][1]))
+        # The flows listed include active ones: the query and its answer may reach the appliance in different
+        # batches, so wait for the answer (and the pings' replies below) before holding the counts to exact values.
+        flow = wait_for(lambda: (f := find_flow(running, agent_id, remote_port=53, local_port=dns["local"][1]))
+                        and f["packets_in"] >= 1 and f)
         assert flow, flows_of(running, agent_id)
         assert (flow["transport"], flow["local_ip"], flow["remote_ip"]) == ("udp", local, peer)
         assert (flow["packets_out"], flow["packets_in"]) == (1, 1)
@@ -184,14 +187,18 @@ def exercise(lab: Lab, enrolled: Enrolled, argv: list[str], log: Path) -> None:
         assert flow["bytes_in"] == 20 + 8 + dns["answer"]
         assert "www.lab.test" in flow["dns_queries"]
 
-        flow = wait_for(lambda: find_flow(running, agent_id, transport="icmp", remote_ip=peer))
-        assert flow
+        flow = wait_for(lambda: (f := find_flow(running, agent_id, transport="icmp", remote_ip=peer))
+                        and f["packets_out"] >= 3 and f["packets_in"] >= 3 and f)
+        assert flow, flows_of(running, agent_id)
         assert (flow["local_ip"], flow["packets_out"], flow["packets_in"]) == (local, 3, 3)
         assert flow["bytes_out"] == flow["bytes_in"] == 3 * ping["size"]
 
         for client, port, sent, received in ((web, 8080, web["request"], web["response"]), (tls, 8443, 4, 13)):
+            # Active records count as packets arrive: wait until the application bytes both ways are in.
             flow = wait_for(lambda: (c := conversation(running, agent_id, remote_port=port,
-                                                       local_port=client["local"][1])) and c["packets_in"] >= 2 and c)
+                                                       local_port=client["local"][1])) and c["packets_in"] >= 2
+                            and c["bytes_out"] >= 40 * c["packets_out"] + sent
+                            and c["bytes_in"] >= 40 * c["packets_in"] + received and c)
             assert flow, flows_of(running, agent_id)
             assert (flow["transport"], flow["local_ip"], flow["remote_ip"]) == ("tcp", local, peer)
             # IP + TCP headers of 40..60 bytes per packet around the application bytes (TLS adds its records).

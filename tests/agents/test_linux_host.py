@@ -49,7 +49,7 @@ def test_process_start_and_exit_are_reported() -> None:
         # Popen returns once exec began; /proc/<pid>/cmdline can still read empty for a moment under load
         # (seen once in a full run). The watcher reports what /proc says when it scans: scan once it says it.
         cmdline = Path(f"/proc/{child.pid}/cmdline")
-        assert wait_for(lambda: cmdline.read_bytes() == b"sleep\x0030\x00", 5)
+        assert wait_for(lambda: cmdline.read_bytes() == b"sleep\x0030\x00")
         watcher.scan()
         started = [e for e in events.items if e.pid == child.pid]
         assert [(e.kind, e.name, e.ppid) for e in started] == [("start", "sleep", os.getpid())]

@@ -99,11 +99,11 @@ def test_live_stream_logs_a_permanent_refusal_and_backs_off(appliance: RunningAp
     with caplog.at_level(logging.ERROR, logger="agents.stream"):
         client.start()
         client.submit(packet)
-        wait_for(lambda: client.refusals == 1)
+        assert wait_for(lambda: client.refusals == 1 and client.failure is not None), client.stats()
         failure = client.failure
         assert failure is not None and failure.permanent and failure.code == "PERMISSION_DENIED"
         # Visible (ERROR, once, with the wait) and not hammering: still one refusal after a while.
-        wait_for(lambda: any("refused permanently" in r.getMessage() for r in caplog.records))
+        assert wait_for(lambda: any("refused permanently" in r.getMessage() for r in caplog.records))
         submitted_streams = client.streams_opened
         client.submit(packet)
         assert not wait_for(lambda: client.streams_opened > submitted_streams, timeout=1.5)

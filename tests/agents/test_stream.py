@@ -140,13 +140,13 @@ def test_survives_the_appliance_going_away_drops_oldest_and_reports(restartable:
     started = time.monotonic()
     for n in range(30, 330):
         stream.submit(packet(n))
-    assert time.monotonic() - started < 0.5
-    assert wait_for(lambda: stream.failures >= 2, 10)
+    assert time.monotonic() - started < 5  # a blocking submit would wait for a reconnect that cannot come
+    assert wait_for(lambda: stream.failures >= 2, 30)
     assert stream.dropped >= 200 - 20  # up to one batch may have left with the broken stream
 
     second = start_appliance(home, grpc={"listen": f"127.0.0.1:{port}"})
     try:
-        assert wait_for(lambda: stream.streams_opened >= 2 and stream.queued == 0, 15)
+        assert wait_for(lambda: stream.streams_opened >= 2 and stream.queued == 0, 30)
         assert stream.close(timeout=10)
         received, _rejected, reply_agent = stream.last_reply or (0, 0, "")
         assert reply_agent == agent_id

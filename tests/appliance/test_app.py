@@ -5,6 +5,7 @@ import time
 
 from tests.appliance import wire
 from tests.conftest import start_appliance
+from tests.polling import wait_for
 
 
 def _ours_alive():
@@ -23,12 +24,10 @@ def test_stop_flushes_flows_and_leaves_no_thread_behind(tmp_path, monkeypatch):
     def messages():
         from appliance.generated import sensor_pb2
         yield sensor_pb2.PacketBatch(packets=[wire.packet()])
-        release.wait(5)
+        release.wait(60)  # the stream stays open until stop() has run (its end would flush the flow itself)
 
     call = stub.StreamPacketBatches.future(messages(), metadata=[("x-machine-id", "m")])
-    deadline = time.monotonic() + 10
-    while running.app.tracker.active_flows == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    assert wait_for(lambda: running.app.tracker.active_flows > 0, timeout=15), "the flow never opened"
     processed = []
     running.app.pipeline.correlator = None
     original = running.app.pipeline.process

@@ -43,7 +43,7 @@ def test_every_layer_sees_every_flow_and_a_broken_layer_is_contained():
     pipeline.start()
     for i in range(3):
         pipeline.submit(flow(i))
-    pipeline.drain()
+    assert pipeline.drain()
     pipeline.stop()
     assert pipeline.flows_processed == 3
     assert pipeline.layer_errors == 3

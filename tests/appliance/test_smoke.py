@@ -13,7 +13,7 @@ def test_batch_stream_reaches_flow_table(appliance):
     batch = sensor_pb2.PacketBatch(packets=[wire.packet(), wire.packet(direction=wire.INBOUND)])
     reply = stub.StreamPacketBatches(iter([batch]), metadata=[("x-machine-id", "m-1")])
     assert reply.packets_received == 2
-    appliance.app.pipeline.drain()
+    assert appliance.app.pipeline.drain()
     status, body = appliance.rest.get("/api/v1/flows")
     assert status == 200
     assert body["count"] == 1

@@ -35,7 +35,7 @@ def test_arrival_checks_the_guest_in_at_the_pms(hotel: Hotel) -> None:
     pms = hotel.concierge.pms
     # The outbox job calls the PMS, then stores the reservation id it answered: wait for the stored id.
     detail = wait_for(lambda: (d := hotel.client("staff").get(f"/cardex/guests/{guest['id']}").json())
-                      .get("pmsReservationId") and d, timeout=5)
+                      .get("pmsReservationId") and d)
     assert pms.calls and pms.calls[0][0] == "check_in"
     assert detail and detail["pmsReservationId"] == pms.calls[0][1]
 

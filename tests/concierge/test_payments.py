@@ -49,9 +49,22 @@ def test_missing_idempotency_key_is_422(hotel: Hotel) -> None:
     assert resp.json()["details"][0]["field"] == "Idempotency-Key"
 
 
+class HeldSandbox(SandboxProvider):
+    """The sandbox whose calls wait until the test lets them go: a request stays in flight as long as the test
+    needs, where a fixed latency could end before a loaded machine had sent the second request."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def _wait(self) -> None:
+        assert self.release.wait(60), "the test never released the provider call"
+
+
 def test_key_in_flight_is_409(make_concierge) -> None:
     concierge, base = make_concierge()
-    concierge.services.payments.provider = SandboxProvider(latency=2.0)
+    provider = HeldSandbox()
+    concierge.services.payments.provider = provider
     hotel = make_hotel(concierge, base)
     staff = hotel.client("staff")
     results: list[int] = []
@@ -67,7 +80,8 @@ def test_key_in_flight_is_409(make_concierge) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     second = _create(hotel.client("staff"), "slow-1")
-    first.join()
+    provider.release.set()
+    first.join(60)
     assert results == [201]
     assert second.status_code == 409
     assert second.json() == {"error": "A request with this Idempotency-Key is still being processed"}

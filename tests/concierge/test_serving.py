@@ -100,11 +100,13 @@ def test_sse_events_arrive_through_nginx(nginx_in_front) -> None:
     try:
         assert stream.status == 200
         assert stream.next_event() == {"event": "ready", "data": {"connected": True}}
-        started = time.monotonic()
         assert hotel.client("staff").post("/cardex/confirm-arrival", {"guestId": guest["id"]}).status_code == 200
+        started = time.monotonic()  # the event is published before the POST answers: time its way out only
         event = stream.next_event()
         assert event["event"] == "status" and event["data"]["status"] == "arrived" and event["id"] == 1
-        assert time.monotonic() - started < 2  # not held in a proxy buffer
+        # Not held in a proxy buffer: a buffering proxy holds an event until kilobytes of heartbeats (minutes)
+        # have filled its buffer, so a few seconds of scheduling on a loaded machine still tell the two apart.
+        assert time.monotonic() - started < 5
         assert stream.response.readline() == b": heartbeat\n"  # heartbeats pass through too
     finally:
         stream.close()
@@ -164,7 +166,9 @@ def test_200_open_streams_do_not_starve_ordinary_requests(make_concierge) -> Non
             started = time.monotonic()
             assert staff.get("/cardex/guests").status_code == 200
             timings.append(time.monotonic() - started)
-        assert max(timings) < 2.0, timings  # a starved request waits for a free thread: many seconds
+        # A starved request waits for a free thread, and no stream gives its thread back during this loop: it
+        # would run into the client's 30 s timeout. 10 s leaves a loaded machine room and still tells them apart.
+        assert max(timings) < 10.0, timings
         guest_user = guest_client.me["user"]["id"]
         concierge.pubsub.publish(f"guest:{guest_user}:status", {"status": "arrived"})
         assert all(s.next_event()["data"] == {"status": "arrived"} for s in streams)

@@ -51,7 +51,7 @@ def test_alert_appears_is_triaged_with_notes_excluded_and_exported(page, stack: 
     before = rows.count()
     # A new attack while the inbox is open: auto-refresh shows it.
     sc.stream(stack.appliance.stub(), sc.dnscat2_tunnel())
-    stack.appliance.app.pipeline.drain()
+    assert stack.appliance.app.pipeline.drain()
     page.wait_for_function(f"() => document.querySelectorAll('tr[data-row]').length > {before}", timeout=20_000)
     assert axe_violations(page) == []
 

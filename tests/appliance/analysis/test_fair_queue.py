@@ -53,10 +53,10 @@ def test_a_waiting_consumer_is_woken_by_a_producer_and_by_close() -> None:
     consumer = threading.Thread(target=lambda: got.append(queue.take_round(limit=5, timeout=10)))
     consumer.start()
     queue.put_many([flow("a", 1)])
-    consumer.join(5)
+    consumer.join(30)
     assert [f.flow_id for f in got[0]] == ["a-1"]  # type: ignore[union-attr]
     closer = threading.Thread(target=lambda: got.append(queue.take_round(timeout=10)))
     closer.start()
     queue.close()
-    closer.join(5)
+    closer.join(30)
     assert got[1] is None

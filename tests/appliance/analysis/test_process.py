@@ -130,10 +130,21 @@ def test_a_new_rule_file_is_loaded_by_the_analysis_process(in_process: Any, tmp_
         "category: DnsTunneling\nseverity: High\nconfidence: 0.95\n"
         "conditions:\n  - field: dns.qname\n    op: endswith\n    value: .t.tunnel-example.net\n")
     wait_for(lambda: metrics(running)["signature_rules"] > before, what="the REST side to load the rule")
-    time.sleep(1.0)  # the analysis process watches the same directory (debounce 0.5 s)
-    sc.stream(running.stub(), sc.iodine_tunnel())
-    alerts = alerts_of(running)
-    assert alerts and any(d["detector"] == "signature:LAB-001" for d in alerts[0]["detections"])
+    # The analysis process watches the same directory on its own (debounce 0.5 s) and reports no rule count:
+    # a new agent's tunnel until its alert carries the rule, rather than a fixed sleep a loaded machine outlasts.
+    agents = iter(range(1000))
+    seen: set[str] = set()
+
+    def lab_rule_fires() -> bool:
+        tunnel = sc.iodine_tunnel()
+        tunnel.machine_id = f"lab-agent-{next(agents)}"
+        sc.stream(running.stub(), tunnel)
+        new = [a for a in alerts_of(running) if a["id"] not in seen]  # this agent's alert
+        seen.update(a["id"] for a in new)
+        assert [a["category"] for a in new] == ["DnsTunneling"], new
+        return any(d["detector"] == "signature:LAB-001" for d in new[0]["detections"])
+
+    wait_for(lab_rule_fires, what="the analysis process to load the rule")
 
 
 def test_a_killed_analysis_process_is_restarted_and_counted_while_ingestion_goes_on(in_process: Any) -> None:

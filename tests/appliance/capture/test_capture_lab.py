@@ -82,8 +82,8 @@ def start_capture(running: RunningAppliance, lab: Lab, **body: Any) -> dict[str,
     assert status == 200, reply
     assert reply["status"] == "running" and reply["interface"] == lab.root_if
     # Running once the process has reported (its status file names its pid and counters).
-    assert wait_for(lambda: status_of(running)["pid"] and status_of(running)["status"] == "running", 15)
-    assert wait_for(lambda: "startedAt" in _status_file(running), 15), _status_file(running)
+    assert wait_for(lambda: status_of(running)["pid"] and status_of(running)["status"] == "running", 30)
+    assert wait_for(lambda: "startedAt" in _status_file(running), 30), _status_file(running)
     return reply
 
 
@@ -107,7 +107,7 @@ def test_a_mirror_port_is_captured_counted_analysed_restarted_and_resumed(lab: L
         assert reply["promiscuous"] is True and reply["snaplen"] == 4096 and reply["autoStart"] is True
         # The kernel holds the promiscuous membership while the socket is open.
         assert wait_for(lambda: {i["name"]: i for i in running.rest.get("/api/v1/capture/interfaces")[1]["interfaces"]}
-                        [lab.root_if]["promiscuous"], 5)
+                        [lab.root_if]["promiscuous"], 30)
         again, body = running.rest.post("/api/v1/capture/start", {"interface": lab.root_if})
         assert again == 409 and body["code"] == "ALREADY_RUNNING" and lab.root_if in body["error"]
 
@@ -123,6 +123,11 @@ def test_a_mirror_port_is_captured_counted_analysed_restarted_and_resumed(lab: L
         ping = json.loads(lab.ns(lab.agent_ns, PYTHON, str(TRAFFIC), "icmp", outside, "5").stdout)
         queries = [json.loads(lab.ns(lab.agent_ns, PYTHON, str(TRAFFIC), "dns", outside, f"n{i}.lab.test").stdout)
                    for i in range(3)]
+        # A second without movement is not enough on a loaded machine: first wait until the capture has counted
+        # as many packets as the kernel sent, then settle (any extra would still show in the exact checks below).
+        on_the_wire = sum(sent_by_protocol(kernel_before, snmp(lab)).values())
+        assert wait_for(lambda: status_of(running)["packetCount"] - before["packetCount"] >= on_the_wire, 30), \
+            (on_the_wire, status_of(running))
         after, kernel_after = settled(running), snmp(lab)
         assert burst["sent"] == 200 and ping["replies"] == 5
         sent = sent_by_protocol(kernel_before, kernel_after)
@@ -145,6 +150,9 @@ def test_a_mirror_port_is_captured_counted_analysed_restarted_and_resumed(lab: L
         before, kernel_before = settled(running), snmp(lab)
         lab.ns(lab.agent_ns, PYTHON, str(TRAFFIC), "http", outside)
         lab.ns(lab.agent_ns, PYTHON, str(TRAFFIC), "tls", outside)
+        on_the_wire = sum(sent_by_protocol(kernel_before, snmp(lab)).values())
+        assert wait_for(lambda: status_of(running)["packetCount"] - before["packetCount"] >= on_the_wire, 30), \
+            (on_the_wire, status_of(running))
         after, kernel_after = settled(running), snmp(lab)
         sent = sent_by_protocol(kernel_before, kernel_after)
         stats = {p: after["protocolStats"][p] - before["protocolStats"][p] for p in after["protocolStats"]}
@@ -164,26 +172,26 @@ def test_a_mirror_port_is_captured_counted_analysed_restarted_and_resumed(lab: L
         pid = status_of(running)["pid"]
         counted = status_of(running)["packetCount"]
         os.kill(pid, signal.SIGKILL)
-        dead = wait_for(lambda: (s := status_of(running))["lastError"] and s, 10)
+        dead = wait_for(lambda: (s := status_of(running))["lastError"] and s, 30)
         assert dead and f"capture process {pid} died (signal 9)" in dead["lastError"], dead
         back = wait_for(lambda: (s := status_of(running))["status"] == "running" and s["restarts"] == 1
-                        and s["pid"] not in (None, pid) and s, 15)
+                        and s["pid"] not in (None, pid) and s, 30)
         assert back, status_of(running)
         assert back["packetCount"] >= counted  # counters of one start add up across restarts
         lab.ns(lab.agent_ns, PYTHON, str(TRAFFIC), "icmp", outside, "2")
-        assert wait_for(lambda: status_of(running)["packetCount"] >= counted + 4, 10)
+        assert wait_for(lambda: status_of(running)["packetCount"] >= counted + 4, 30)
 
         # The running capture survives an appliance restart (autoStart).
         running.app.stop()
-        assert wait_for(lambda: not _alive(back["pid"]), 10), "the capture process outlived the appliance"
+        assert wait_for(lambda: not _alive(back["pid"]), 30), "the capture process outlived the appliance"
         running = capture_appliance(lab, tmp_path)
-        resumed = wait_for(lambda: (s := status_of(running))["status"] == "running" and s["pid"] and s, 15)
+        resumed = wait_for(lambda: (s := status_of(running))["status"] == "running" and s["pid"] and s, 30)
         assert resumed and resumed["interface"] == lab.root_if and resumed["promiscuous"] is True
         assert resumed["autoStart"] is True
 
         status, stopped = running.rest.post("/api/v1/capture/stop", {})
         assert status == 200 and stopped["status"] == "idle" and stopped["autoStart"] is False and stopped["pid"] is None
-        assert wait_for(lambda: not _alive(resumed["pid"]), 10)
+        assert wait_for(lambda: not _alive(resumed["pid"]), 30)
         assert running.rest.post("/api/v1/capture/stop", {})[0] == 200  # idempotent
     finally:
         running.app.stop()
@@ -229,11 +237,11 @@ def test_an_interface_deleted_while_capturing_turns_the_status_into_error(lab: L
         start_capture(running, lab)
         pid = status_of(running)["pid"]
         lab.ns(lab.agent_ns, "ip", "link", "del", "eth0")  # a veth pair dies together: lab<k>r goes too
-        failed = wait_for(lambda: (s := status_of(running))["status"] == "error" and s, 10)
+        failed = wait_for(lambda: (s := status_of(running))["status"] == "error" and s, 30)
         assert failed, status_of(running)
         assert f"interface {lab.root_if} vanished" in failed["lastError"], failed
         assert failed["lastErrorAt"] and failed["pid"] is None
-        assert wait_for(lambda: not _alive(pid), 10), "the capture process was not ended"
+        assert wait_for(lambda: not _alive(pid), 30), "the capture process was not ended"
         status, body = running.rest.post("/api/v1/capture/start", {"interface": lab.root_if})
         assert status == 422 and body["field"] == "interface"
         assert running.rest.get("/api/status")[0] == 200
@@ -256,6 +264,10 @@ def test_kernel_drops_are_counted_when_the_capture_falls_behind(lab: Lab, tmp_pa
             burst = json.loads(lab.ns(lab.agent_ns, PYTHON, str(TRAFFIC), "burst", outside, "9999", "20000").stdout)
         finally:
             os.kill(pid, signal.SIGCONT)
+        # Every datagram is read from the buffer or counted dropped by the kernel: wait for the status to say so
+        # before settling (a loaded machine can pause the reader for longer than the settling second).
+        assert wait_for(lambda: (s := status_of(running))["protocolStats"]["UDP"] - before["protocolStats"]["UDP"]
+                        + s["droppedCount"] - before["droppedCount"] >= 20000, 30), status_of(running)
         after = settled(running)
         captured = after["protocolStats"]["UDP"] - before["protocolStats"]["UDP"]
         dropped = after["droppedCount"] - before["droppedCount"]
@@ -284,25 +296,25 @@ def test_service_mode_captures_with_cap_net_raw_alone_promiscuous_included(lab: 
          "--control-dir", str(control)], cwd=ROOT, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         # Once setpriv has exec'd the capture (a status file is written), its capabilities are what it keeps.
-        assert wait_for(lambda: _status_file(running).get("pid") == service.pid, 10), "the service did not report"
+        assert wait_for(lambda: _status_file(running).get("pid") == service.pid, 30), "the service did not report"
         effective = [line for line in Path(f"/proc/{service.pid}/status").read_text().splitlines()
                      if line.startswith("CapEff:")]
         assert effective == ["CapEff:\t0000000000002000"], effective  # CAP_NET_RAW (13) only
         status, reply = running.rest.post("/api/v1/capture/start", {"interface": lab.root_if, "promiscuous": True})
         assert status == 200, reply
-        up = wait_for(lambda: (s := status_of(running))["status"] == "running" and s["pid"] == service.pid and s, 10)
+        up = wait_for(lambda: (s := status_of(running))["status"] == "running" and s["pid"] == service.pid and s, 30)
         assert up, status_of(running)
         assert wait_for(lambda: {i["name"]: i for i in running.rest.get("/api/v1/capture/interfaces")[1]["interfaces"]}
-                        [lab.root_if]["promiscuous"], 5)
+                        [lab.root_if]["promiscuous"], 30)
         lab.ns(lab.agent_ns, PYTHON, str(TRAFFIC), "icmp", outside, "3")
-        counted = wait_for(lambda: (s := status_of(running))["protocolStats"]["ICMP"] >= 6 and s, 10)
+        counted = wait_for(lambda: (s := status_of(running))["protocolStats"]["ICMP"] >= 6 and s, 30)
         assert counted and counted["protocolStats"]["ICMP"] == 6, status_of(running)
         status, stopped = running.rest.post("/api/v1/capture/stop", {})
         assert status == 200 and stopped["status"] == "idle"
         # The service stays up, idle; the kernel dropped the promiscuous membership with the socket.
         assert wait_for(lambda: not {i["name"]: i for i in running.rest.get("/api/v1/capture/interfaces")[1]["interfaces"]}
-                        [lab.root_if]["promiscuous"], 5)
-        assert wait_for(lambda: _status_file(running).get("state") == "idle", 5)
+                        [lab.root_if]["promiscuous"], 30)
+        assert wait_for(lambda: _status_file(running).get("state") == "idle", 30)
         assert service.poll() is None
     finally:
         service.terminate()

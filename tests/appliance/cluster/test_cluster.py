@@ -78,8 +78,8 @@ def test_a_cluster_raises_the_same_alerts_as_a_standalone_appliance(tmp_path: Pa
     ingest, analyzers, manager = start_full(cluster)
     client = redis_server.client()
     # Both analyzers hold a share before the load: the corpus is spread over them.
-    wait_for(lambda: all(client.get(bus.lease_key(p)) for p in range(PARTITIONS))
-             and len({client.get(bus.lease_key(p)) for p in range(PARTITIONS)}) == 2, timeout=30)
+    assert wait_for(lambda: all(client.get(bus.lease_key(p)) for p in range(PARTITIONS))
+                    and len({client.get(bus.lease_key(p)) for p in range(PARTITIONS)}) == 2, timeout=30)
     for i, s in enumerate(streams):  # agents spread over the two ingest nodes, as enrolled agents are
         assert sc.stream(ingest[i % 2].stub(), s) == len(s.packets)
 
@@ -143,38 +143,38 @@ def test_an_analyzer_killed_mid_load_loses_no_flow_and_analyses_none_twice(clust
     for node in (ingest, victim, survivor):
         cluster.wait_ready(node)
     client = redis_server.client()
-    wait_for(lambda: {client.get(bus.lease_key(p)) for p in range(PARTITIONS)} == {b"victim-node", b"survivor-node"},
-             timeout=30)
-    streams = [many_flows(agent, 1000) for agent in range(16)]
+    assert wait_for(lambda: {client.get(bus.lease_key(p)) for p in range(PARTITIONS)}
+                    == {b"victim-node", b"survivor-node"}, timeout=30)
     stub = ingest.stub()
     sent: list[int] = []
+    killed = threading.Event()
 
     def load() -> None:
-        for s in streams:  # a stream every 0.25 s: the load lasts a few seconds
-            sent.append(sc.stream(stub, s))
+        # A stream of 1000 flows every 0.25 s until the victim is dead and two more after it: flows keep arriving
+        # while it dies however long a loaded machine takes to get there (a fixed count could end first).
+        # At most 40 agents: sc.agent_ip(200 + agent) stays an address.
+        after_kill = 0
+        for agent in range(40):
+            sent.append(sc.stream(stub, many_flows(agent, 1000)))
             time.sleep(0.25)
+            after_kill += killed.is_set()
+            if after_kill == 2:
+                return
 
     loader = threading.Thread(target=load)
     loader.start()
-    # The victim has analysed and checkpointed some of its agents' baselines when it dies.
-    def victim_checkpointed() -> bool:
-        mine = [p for p in range(PARTITIONS) if client.get(bus.lease_key(p)) == b"victim-node"]
-        return (redis_totals(client, PARTITIONS).get(f"analysed:{victim.node_id}", 0) > 0
-                and any(client.hlen(bus.checkpoint_key(p)) for p in mine))
-
-    assert wait_for(victim_checkpointed, timeout=60)
-    held = stop_holding_pending(victim, client)
-    assert loader.is_alive()  # mid-load: flows keep arriving while the victim dies
-    victim.proc.send_signal(signal.SIGKILL)
-    victim.proc.wait(10)
-    loader.join(120)
-    assert sum(sent) == sum(len(s.packets) for s in streams)
+    try:
+        held = _kill_mid_load(client, victim, loader, killed)
+    finally:
+        killed.set()  # ends the load early if the test failed before the kill
+        loader.join(120)
+    assert len(sent) >= 3 and sent == [1000] * len(sent)
 
     totals = wait_for(lambda: settled(client), timeout=90)
     assert totals, (redis_totals(client, PARTITIONS), pending(client, PARTITIONS))
     # The sender counts a batch once Redis has answered it, a moment after the counters moved: wait for it.
     metrics = wait_for(lambda: (m := ingest.metrics())["analysis_worker"]["cluster"]["flows_appended"] == totals["added"] and m)
-    assert metrics["flows_created"] == 16 * 1000 == totals["added"] and metrics["analysis_queue_dropped"] == 0
+    assert metrics["flows_created"] == sum(sent) == totals["added"] and metrics["analysis_queue_dropped"] == 0
     # Every flow analysed exactly once: the victim's commits and the survivor's add up to the flows added.
     assert totals["analysed"] == totals["added"]
     assert totals[f"analysed:{victim.node_id}"] + totals[f"analysed:{survivor.node_id}"] == totals["analysed"]
@@ -196,6 +196,23 @@ def test_an_analyzer_killed_mid_load_loses_no_flow_and_analyses_none_twice(clust
                      and pending(client, PARTITIONS) == 0 and redis_totals(client, PARTITIONS), timeout=30)
     assert after and after["analysed"] == totals["analysed"] and after["added"] == totals["added"] + copies
     assert survivor.stop() == 0, survivor.output()
+
+
+def _kill_mid_load(client: Any, victim: Any, loader: threading.Thread, killed: threading.Event) -> int:
+    """SIGKILL the victim analyzer once it has analysed and checkpointed some of its agents' baselines, at a moment
+    it holds read, uncommitted entries, while the load goes on; how many entries it held."""
+    def victim_checkpointed() -> bool:
+        mine = [p for p in range(PARTITIONS) if client.get(bus.lease_key(p)) == b"victim-node"]
+        return (redis_totals(client, PARTITIONS).get(f"analysed:{victim.node_id}", 0) > 0
+                and any(client.hlen(bus.checkpoint_key(p)) for p in mine))
+
+    assert wait_for(victim_checkpointed, timeout=60)
+    held = stop_holding_pending(victim, client)
+    assert loader.is_alive()  # mid-load: flows keep arriving while the victim dies
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    killed.set()
+    return held
 
 
 def stream_in_step(nodes: list[Any], streams: list[sc.Stream], client: Any, slice_ms: int = 60_000) -> None:
@@ -253,11 +270,11 @@ def test_shared_infrastructure_is_told_from_a_beacon_across_analyzers(tmp_path: 
 
     ingest, analyzers, manager = start_full(cluster)
     client = redis_server.client()
-    wait_for(lambda: len({client.get(bus.lease_key(p)) for p in range(PARTITIONS)} - {None}) == 2, timeout=30)
+    assert wait_for(lambda: len({client.get(bus.lease_key(p)) for p in range(PARTITIONS)} - {None}) == 2, timeout=30)
     stream_in_step(ingest, streams, client)
     for node in ingest:  # the streams' end flushes the last flows
-        wait_for(lambda: (m := node.metrics())["active_flows"] == 0
-                 and m["analysis_worker"]["cluster"]["flows_appended"] == m["flows_created"], timeout=30)
+        assert wait_for(lambda: (m := node.metrics())["active_flows"] == 0
+                        and m["analysis_worker"]["cluster"]["flows_appended"] == m["flows_created"], timeout=30)
     assert wait_for(lambda: settled(client), timeout=30)
     totals = redis_totals(client, PARTITIONS)
     assert all(totals.get(f"analysed:{a.node_id}", 0) > 0 for a in analyzers), totals  # both took part

@@ -60,7 +60,12 @@ def test_the_managers_rest_changes_reach_a_running_analyzer(tmp_path: Path, redi
         config = rest.get("/api/v1/config")[1]
         config["beaconing"]["min_connections"] = 11
         assert rest.post("/api/v1/config", config)[0] == 200
-        assert wait_for(lambda: analyzer.stores.config.current.beaconing.min_connections == 11, timeout=15)
+        # The analyzer takes a version's documents one store after another (settings, config, exclusions) and
+        # the manager may publish the three changes as one version or several: wait for all of them in use.
+        assert wait_for(lambda: analyzer.stores.config.current.beaconing.min_connections == 11
+                        and [e.value for e in analyzer.stores.exclusions.all()] == ["203.0.113.0/24"]
+                        and analyzer.stores.console_settings.current.detection.sensitivityLevel == "high"
+                        and holds_what_was_published(analyzer.stores, client), timeout=15)
         assert holds_what_was_published(analyzer.stores, client)
         assert [e.value for e in analyzer.stores.exclusions.all()] == ["203.0.113.0/24"]
         assert not analyzer.stores.exclusions.allows(beacon)  # the analyzer now drops what the manager excludes
@@ -68,9 +73,13 @@ def test_the_managers_rest_changes_reach_a_running_analyzer(tmp_path: Path, redi
         assert analyzer.stores.console_settings.current.detection.sensitivityLevel == "high"
         assert rest.call("DELETE", f"/api/v1/whitelist/{entry['id']}")[0] == 200
         assert wait_for(lambda: analyzer.stores.exclusions.allows(beacon), timeout=15)
-        version = manager.rest.get("/api/v1/metrics")[1]["analysis_worker"]["cluster"]["config_version"]
-        # changes in quick succession go out together: at least the start and one more
-        assert version >= 2 and wait_for(lambda: analyzer.config_version == version, timeout=15)
+        # changes in quick succession go out together: at least the start and one more. The manager counts a
+        # version once Redis has answered its publish, which the analyzer may have read already: wait for both.
+        def same_version() -> int:
+            version = int(manager.rest.get("/api/v1/metrics")[1]["analysis_worker"]["cluster"]["config_version"])
+            return version if version >= 2 and analyzer.config_version == version else 0
+
+        assert wait_for(same_version, timeout=15), (analyzer.config_version, manager.rest.get("/api/v1/metrics")[1])
     finally:
         analyzer.stop()
         manager.app.stop()
@@ -173,9 +182,12 @@ def test_triage_on_the_manager_reaches_the_analyzers_copy_of_the_alert(tmp_path:
         assert wait_for(lambda: analyzer.stores.alerts.get("alert-1").status == "Resolved", timeout=15)
         # Closed on the analyzer too: the next detections toward it open a new alert instead of updating this one.
         assert analyzer.stores.alerts.find_open("agent-1", "203.0.113.9") is None
-        assert analyzer.triage_taken == 1 and analyzer.stats()["triage_refused"] == 4
-        cluster_status = rest.get("/api/v1/metrics")[1]["analysis_worker"]["cluster"]
-        assert cluster_status["triage_published"] == 1
+        # The analyzer counts a triage entry after it set the status, the manager after Redis answered its
+        # publish: wait for each counter rather than read it right after the status moved.
+        assert wait_for(lambda: analyzer.triage_taken == 1, timeout=15), analyzer.triage_taken
+        assert analyzer.stats()["triage_refused"] == 4
+        assert wait_for(lambda: rest.get("/api/v1/metrics")[1]["analysis_worker"]["cluster"]["triage_published"] == 1,
+                        timeout=15), rest.get("/api/v1/metrics")[1]["analysis_worker"]["cluster"]
     finally:
         analyzer.stop()
         manager.app.stop()

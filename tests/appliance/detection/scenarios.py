@@ -417,6 +417,8 @@ def stream_together(running: object, streams: list[Stream], slice_ms: int = 60_0
         deadline = time.time() + 30
         while app.ingest.packets_received < expected and time.time() < deadline:
             time.sleep(0.002)
+        # In step means in step: a slice still in flight when the next is sent would mix the agents' event times.
+        assert app.ingest.packets_received >= expected, (app.ingest.packets_received, expected)
     for q in queues:
         q.put(None)
     for thread in threads:

@@ -43,7 +43,7 @@ def test_slow_exfiltration_over_hours_is_caught_by_cusum_and_not_by_the_z_score(
     seen = recorded_detections(detecting)
     stream = slow_exfiltration()
     assert sc.stream(detecting.stub(), stream) == len(stream.packets)
-    detecting.app.pipeline.drain()
+    assert detecting.app.pipeline.drain()
     assert [d for d in seen if d.detector == "behaviour.volume"] == []
     cusum = [d for d in seen if d.detector == "behaviour.cusum"]
     assert len(cusum) >= 2  # the sum starts over after each alarm and the upload goes on
@@ -59,7 +59,7 @@ def test_slow_exfiltration_over_hours_is_caught_by_cusum_and_not_by_the_z_score(
 def test_the_same_uploader_without_exfiltration_raises_nothing(detecting):
     seen = recorded_detections(detecting)
     sc.stream(detecting.stub(), slow_exfiltration(hours=3.0, exfil_from_min=10_000))
-    detecting.app.pipeline.drain()
+    assert detecting.app.pipeline.drain()
     assert [d.detector for d in seen if d.detector.startswith("behaviour.")] == []
     assert alerts_of(detecting) == []
 

@@ -91,7 +91,8 @@ def test_hot_reload_good_file_bad_file_and_burst(detecting):
     directory = detecting.tmp / "signatures"
     reloads = engine.reloads
     (directory / "extra.yaml").write_text(yaml.safe_dump(RULE))
-    assert wait_for(lambda: engine.loaded == SHIPPED_RULES + 1)
+    # The engine swaps the rule set in, then counts the reload: wait for the count too.
+    assert wait_for(lambda: engine.loaded == SHIPPED_RULES + 1 and engine.reloads == reloads + 1), engine.reloads
     assert engine.reloads == reloads + 1
     # A bad file: the previous set keeps running and the reason is reported.
     (directory / "broken.yaml").write_text(yaml.safe_dump({**RULE, "id": "SIG-BROKEN", "severity": "Severe"}))
@@ -100,14 +101,15 @@ def test_hot_reload_good_file_bad_file_and_burst(detecting):
     status, body = detecting.rest.get("/api/v1/signatures")
     assert body["loaded"] == SHIPPED_RULES + 1 and any("broken.yaml: severity" in e for e in body["last_error"])
     (directory / "broken.yaml").unlink()
-    assert wait_for(lambda: engine.last_error == [])
+    # The good reload clears the error, then counts itself: read the count for the burst once it has moved.
+    assert wait_for(lambda: engine.last_error == [] and engine.reloads == reloads + 2), engine.reloads
     # A burst of edits within the debounce window gives one reload, of the final content.
     before = engine.reloads
     for i in range(20):
         (directory / "extra.yaml").write_text(yaml.safe_dump({**RULE, "title": f"edit {i}"}))
         time.sleep(0.01)
-    assert wait_for(lambda: engine.get("SIG-TEST-001").title == "edit 19")
-    time.sleep(0.8)
+    assert wait_for(lambda: engine.get("SIG-TEST-001").title == "edit 19" and engine.reloads == before + 1)
+    time.sleep(0.8)  # longer than the debounce: a second reload of the burst would have come by now
     assert engine.reloads == before + 1
     (directory / "extra.yaml").unlink()
     assert wait_for(lambda: engine.loaded == SHIPPED_RULES)
@@ -119,7 +121,7 @@ def test_reload_never_exposes_a_half_loaded_set(detecting):
     seen: set[int] = set()
     for i in range(5):
         (directory / f"x{i}.yaml").write_text(yaml.safe_dump({**RULE, "id": f"SIG-X-{i}"}))
-    deadline = time.time() + 3
+    deadline = time.time() + 15  # the debounce, then a reload on a machine that may be loaded
     while time.time() < deadline and engine.loaded != SHIPPED_RULES + 5:
         seen.add(len(engine.ruleset.rules))
     seen.add(len(engine.ruleset.rules))

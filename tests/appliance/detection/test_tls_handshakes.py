@@ -18,7 +18,7 @@ SERVER = "185.220.101.47"
 
 
 def _flows(running, machine_id: str) -> list[dict]:
-    running.app.pipeline.drain()
+    assert running.app.pipeline.drain()
     status, body = running.rest.get("/api/v1/flows?limit=1000&state=finished")
     assert status == 200, body
     return [f for f in body["flows"] if f["remote_port"] in (443, 8443)]
@@ -74,7 +74,7 @@ def test_a_generic_tls13_answer_is_not_on_the_list(detecting):
                versions=[0x0304]), 2000, 4000, reply=tr.server_hello(0x1301, [0x002B, 0x0033], selected=0x0304))
     seen = recorded_detections(detecting)
     sc.stream(detecting.stub(), stream)
-    detecting.app.pipeline.drain()
+    assert detecting.app.pipeline.drain()
     (flow,) = [f for f in _flows(detecting, stream.machine_id) if f["remote_ip"] == "93.184.216.34"]
     assert flow["tls"]["ja4s"] == "t130200_1301_a56c5b993250"
     assert seen == [] and alerts_of(detecting) == []
@@ -87,7 +87,7 @@ def test_hellos_cut_or_garbled_are_counted_and_the_flow_still_analysed(detecting
     stream.tcp(sc.T0_MS, SERVER, 443, full[:-3], 2000, 4000)  # cut inside the last extension, after the SNI
     stream.tcp(sc.T0_MS + 1000, SERVER, 443, b"\x16\x03\x01\x00\x10" + b"\xff" * 16, 2000, 4000)  # not a hello
     sc.stream(detecting.stub(), stream)
-    detecting.app.pipeline.drain()
+    assert detecting.app.pipeline.drain()
     metrics = detecting.rest.get("/api/v1/metrics")[1]
     assert metrics["flows_processed"] == 2 and metrics["analysis_errors"] == 0
     assert metrics["tls_handshakes"] == 1 and metrics["tls_handshakes_incomplete"] == 1
@@ -154,7 +154,7 @@ def test_a_fingerprint_the_fleet_already_uses_is_not_rare_and_learning_agents_ar
     fresh.tcp(sc.T0_MS + 40, "93.184.216.34", 443, other, 2000, 4000)  # never seen anywhere, but desk-03 is new
     for stream in (veteran, colleague, fresh):
         sc.stream(detecting.stub(), stream)
-    detecting.app.pipeline.drain()
+    assert detecting.app.pipeline.drain()
     rare = [d for d in seen if d.detector == "dpi.tls.rare_fingerprint"]
     assert len(rare) == 1  # desk-01's: new to it and to the fleet; desk-02 follows a fleet fingerprint
     assert rare[0].evidence["fleet_agents"] == 0 and rare[0].evidence["sni"] == "app.example.org"
@@ -173,7 +173,7 @@ def test_hostile_certificate_flights_are_counted_and_never_stop_analysis(detecti
     for i, flight in enumerate((garbage, huge, many)):
         stream.tcp(sc.T0_MS + 100 + i * 1000, SERVER, 443, hello, 2000, 4000, reply=flight)
     assert sc.stream(detecting.stub(), stream) == len(stream.packets)
-    detecting.app.pipeline.drain()
+    assert detecting.app.pipeline.drain()
     metrics = detecting.rest.get("/api/v1/metrics")[1]
     assert metrics["flows_processed"] >= 3 and metrics["analysis_errors"] == 0
     assert metrics["tls_certificates_unreadable"] == 1 + 8  # the garbage one, and the first 8 of the thousand

@@ -7,7 +7,6 @@ import io
 import json
 import socket
 import ssl
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -15,6 +14,7 @@ import pytest
 
 from appliance.artifacts import ArtifactStore, UploadPart, UploadRefused, publish_upload
 from tests.conftest import RunningAppliance, start_appliance
+from tests.polling import wait_for
 
 DEPLOY = "deploy-" + "x" * 32
 
@@ -153,7 +153,9 @@ def test_a_broken_upload_never_leaves_a_half_file(deployable):
     with socket.create_connection(("127.0.0.1", deployable.app.rest_port), timeout=10) as raw:
         with context.wrap_socket(raw, server_hostname="localhost") as tls:
             tls.sendall(head.encode() + body[: len(body) // 2])  # then the client goes away
-    time.sleep(1.0)  # let the server notice the cut and give up on the request
+    # The handshake above opened the connection on the server: wait until the server has noticed the cut and
+    # closed it (the test's own requests are done and closed by then), rather than a fixed sleep.
+    assert wait_for(lambda: deployable.app.rest_stats()["open_connections"] == 0, timeout=15), deployable.app.rest_stats()
     status, manifest = deployable.rest.get("/static/manifest.json", token=None)
     assert "agents/linux-amd64/sensor-agent" not in {f["name"] for f in manifest["files"]}
     assert not (deployable.tmp / "static" / "agents" / "linux-amd64" / "sensor-agent").exists()

@@ -90,7 +90,7 @@ def config(tmp_path: Path, url: str, static: Path | None = None) -> Path:
     path.write_text(yaml.safe_dump({
         "paths": {"static_dir": str(static or tmp_path / "static"), "state_dir": str(tmp_path / "state"),
                   "certs_dir": str(tmp_path / "certs")},
-        "release": {"url": url, "timeout": 5},
+        "release": {"url": url, "timeout": 30},  # loopback; generous for a loaded machine
     }))
     return path
 

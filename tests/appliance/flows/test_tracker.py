@@ -110,10 +110,11 @@ def test_closing_the_last_stream_flushes_the_agents_flows():
 
 
 def test_sweep_expires_flows_of_a_quiet_agent_by_wall_time():
-    tracker, expired = make(timeouts=FlowTimeouts(udp_idle=5))
-    tracker.add_packets(AGENT, pkts(wire.udp_out("10.0.0.5", "1.1.1.1", 4000, 9999, b"a", ts_ms=BASE_MS)))
     import time
-    tracker.sweep(time.monotonic() + 2)
+    tracker, expired = make(timeouts=FlowTimeouts(udp_idle=5))
+    before = time.monotonic()  # the flow's wall time is later: 2 s after this is under its 5 s however slow we run
+    tracker.add_packets(AGENT, pkts(wire.udp_out("10.0.0.5", "1.1.1.1", 4000, 9999, b"a", ts_ms=BASE_MS)))
+    tracker.sweep(before + 2)
     assert expired == []
     tracker.sweep(time.monotonic() + 10)
     assert [f.end_reason for f in expired] == ["idle"]

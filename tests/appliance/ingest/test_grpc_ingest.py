@@ -43,10 +43,10 @@ def test_flows_are_flushed_when_the_stream_breaks(appliance):
     def messages():
         yield sensor_pb2.PacketBatch(packets=[wire.packet(ts_ms=BASE_MS)])
         sent.set()
-        release.wait(10)
+        release.wait(60)  # held open until the test lets go: its own end would flush the flows
 
     call = stub.StreamPacketBatches.future(messages(), metadata=meta())
-    assert sent.wait(5)
+    assert sent.wait(30)
     assert wait_for(lambda: appliance.app.tracker.active_flows == 1)
     call.cancel()  # the agent goes away mid-stream
     release.set()
@@ -100,7 +100,7 @@ def test_agents_endpoint_shows_identity_counts_and_online_status(appliance):
 
     def messages():
         yield sensor_pb2.PacketBatch(packets=[wire.packet(), wire.packet()])
-        release.wait(10)
+        release.wait(60)  # held open until the test lets go: its own end would flush the flows
 
     call = stub.StreamPacketBatches.future(messages(), metadata=meta("m-online", "web-01"))
     assert wait_for(lambda: appliance.rest.get("/api/v1/agents")[1]["count"] == 1)
@@ -213,11 +213,11 @@ def test_live_flows_are_listed_in_update_order_without_walking_the_table(applian
                                                   for i in range(start, start + 500)])
         yield sensor_pb2.PacketBatch(packets=[wire.packet(ts_ms=BASE_MS, remote=remotes[0], direction=wire.INBOUND)])
         sent.set()
-        release.wait(10)
+        release.wait(60)  # held open until the test lets go: its own end would flush the flows
 
     call = stub.StreamPacketBatches.future(messages(), metadata=meta())
     try:
-        assert sent.wait(10)
+        assert sent.wait(30)
         assert wait_for(lambda: appliance.app.ingest.packets_received == len(remotes) + 1)
         status, body = appliance.rest.get("/api/v1/flows?state=active&limit=1")
         assert status == 200 and body["count"] == 1

@@ -6,6 +6,7 @@ import pytest
 
 from appliance.generated import sensor_pb2
 from tests.appliance import wire
+from tests.polling import wait_for
 
 BASE_MS = 1_700_000_000_000
 
@@ -69,11 +70,16 @@ def test_history_ring_keeps_the_last_120_snapshots(appliance):
 
 
 def test_history_is_taken_on_its_period(appliance):
-    # the fixture's period is 50 ms
-    import time
-    first = appliance.rest.get("/api/v1/metrics/history")[1]["count"]
-    time.sleep(0.5)
-    assert appliance.rest.get("/api/v1/metrics/history")[1]["count"] >= first + 3
+    # The fixture's period is 50 ms (the default is 5 s). Wait for three snapshots after a mark rather than
+    # count them over a fixed sleep (a loaded machine delays the timer thread; the ring also stops at 120),
+    # then hold their spacing, on the appliance's own clock, to the short period: the default would need 10 s.
+    def stamps() -> list[float]:
+        return [e["timestamp"] for e in appliance.rest.get("/api/v1/metrics/history")[1]["entries"]]
+
+    mark = max(stamps(), default=0)
+    new = wait_for(lambda: len(after := [t for t in stamps() if t > mark]) >= 3 and after, timeout=15)
+    assert new, "fewer than three snapshots were taken in 15 s"
+    assert new[2] - new[0] < 5.0, new
 
 
 def test_flows_filter_by_agent_and_limit_and_detail(appliance):
@@ -82,7 +88,7 @@ def test_flows_filter_by_agent_and_limit_and_detail(appliance):
         pkts = [wire.packet(ts_ms=BASE_MS + i, remote=f"3.3.3.{i + 1}") for i in range(count)]
         release = None
         stub.StreamPacketBatches(iter([sensor_pb2.PacketBatch(packets=pkts)]), metadata=[("x-machine-id", machine)])
-    appliance.app.pipeline.drain()
+    assert appliance.app.pipeline.drain()
     agents = {a["id"] for a in appliance.rest.get("/api/v1/agents")[1]["agents"]}
     assert len(agents) == 2
     all_flows = appliance.rest.get("/api/v1/flows")[1]

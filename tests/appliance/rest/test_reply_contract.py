@@ -88,7 +88,7 @@ def test_real_replies_of_every_read_route_hold_to_their_models(appliance) -> Non
     reply = stub.StreamPacketBatches(iter([sensor_pb2.PacketBatch(packets=[
         wire.packet(ts_ms=1_700_000_000_000 + i, remote=f"3.3.3.{i + 1}") for i in range(3)])]),
         metadata=[("x-machine-id", "contract")])
-    app.pipeline.drain()
+    assert app.pipeline.drain()
     alert = _add(app)
     assert rest.post("/api/v1/whitelist", {"value": "good.example"})[0] == 201
     flows = rest.get("/api/v1/flows")[1]["flows"]

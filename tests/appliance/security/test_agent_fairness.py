@@ -12,6 +12,7 @@ from appliance.generated import sensor_pb2
 from tests.appliance import wire
 from tests.appliance.security.conftest import status_probe
 from tests.conftest import start_appliance
+from tests.polling import wait_for
 
 RST = 0x04
 
@@ -41,10 +42,7 @@ def test_one_certificate_cannot_hold_more_than_its_streams(appliance):
     held = [greedy.StreamPacketBatches.future(idle_messages(), metadata=_meta(f"greedy-{i}"), timeout=60)
             for i in range(cap)]
     try:
-        deadline = time.monotonic() + 10
-        while app.agents.online < cap and time.monotonic() < deadline:  # each machine id is its own agent
-            time.sleep(0.05)
-        assert app.agents.online == cap
+        assert wait_for(lambda: app.agents.online == cap, timeout=30), app.agents.online  # a machine id, an agent
         # The same certificate claiming yet another machine id is refused: streams count per certificate.
         with pytest.raises(grpc.RpcError) as err:
             greedy.StreamPacketBatches(iter([]), metadata=_meta("greedy-more"), timeout=10)
