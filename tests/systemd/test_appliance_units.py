@@ -128,3 +128,13 @@ def test_systemd_analyze_does_object_to_a_bad_key(tmp_path: Path) -> None:
     copy.write_text("[Service]\nExecStart=/bin/true\nBogusKey=1\n")
     done = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60)
     assert any(str(copy) in line for line in done.stderr.splitlines())
+
+
+def test_the_appliance_unit_lets_the_analysis_process_lower_its_priority_and_nothing_more() -> None:
+    """analysis.nice calls setpriority in the analysis process; under the unit's filter a call it denies kills the
+    process (SIGSYS), so the filter must allow setpriority and still deny the rest of @resources; without
+    capabilities setpriority can only lower a priority."""
+    lines = [line.split("=", 1)[1] for line in (ROOT / "systemd" / "sensor-appliance.service").read_text().splitlines()
+             if line.startswith("SystemCallFilter=")]
+    assert lines == ["@system-service", "~@privileged @resources", "setpriority"]
+    assert service("sensor-appliance.service")["CapabilityBoundingSet"] == ""
