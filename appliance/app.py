@@ -355,7 +355,8 @@ def build(settings: Settings) -> Appliance:
         "analysis_queue_dropped": lambda: analysis.flows_dropped,
         "analysis_dropped_by_agent": lambda: dict(analysis.dropped_by_agent),
         "analysis_errors": lambda: analysis.counter("analysis_errors"),
-        "analysis_worker": lambda: {"cluster": {}, "frames_refused": 0, **analysis.status()},  # cluster: a cluster role's Redis counters
+        "analysis_worker": lambda: {"cluster": {}, "frames_refused": 0, "signature_rules": 0, "signature_reloads": 0,
+                                    **analysis.status()},  # cluster: a cluster role's Redis counters
         "detections_generated": lambda: analysis.counter("detections_generated"),
         "detections_suppressed": lambda: analysis.counter("detections_suppressed"),
         "alerts_generated": lambda: analysis.counter("alerts_generated"),

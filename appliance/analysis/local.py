@@ -61,8 +61,10 @@ class LocalAnalysis(QueueFigures):
         return self.parts.exporter.stats() if self.parts.exporter is not None else {}
 
     def status(self) -> dict[str, Any]:
+        signatures = self.parts.signatures
         return {"mode": self.mode, "running": True, "pid": 0, "restarts": 0, "flows_lost": 0, "dns_dropped": 0,
-                "flows_not_analysed": 0, "frames_refused": 0}
+                "flows_not_analysed": 0, "frames_refused": 0, "signature_rules": signatures.loaded,
+                "signature_reloads": signatures.reloads}
 
     def spawn(self) -> None:
         """Nothing to start early: the thread starts with the appliance."""

@@ -96,7 +96,9 @@ class AnalysisProcess(QueuedHandOff):
         return {"mode": self.mode, "running": bool(self._ready and proc is not None and proc.poll() is None),
                 "pid": proc.pid if proc is not None else 0, "restarts": self.restarts, "flows_lost": self.flows_lost,
                 "dns_dropped": self.dns_dropped, "flows_not_analysed": 0,
-                "frames_refused": self._base.get("frames_refused", 0) + int(self._stats.get("frames_refused", 0))}
+                "frames_refused": self._base.get("frames_refused", 0) + int(self._stats.get("frames_refused", 0)),
+                "signature_rules": int(self._stats.get("signature_rules", 0)),
+                "signature_reloads": int(self._stats.get("signature_reloads", 0))}
 
     # -- life cycle -----------------------------------------------------------------------------
     def spawn(self) -> None:

@@ -50,16 +50,18 @@ class Worker:
         self._stop = threading.Event()
 
     def report(self, **extra: Any) -> None:
+        signatures = self.parts.signatures
         body = {"ready": True, "flows_received": self.flows_received, "frames_refused": self.frames_refused,
+                "signature_rules": signatures.loaded, "signature_reloads": signatures.reloads,
                 "counters": {k: v for k, v in analysis_counters(self.parts, self.pipeline).items() if isinstance(v, int)},
                 "export": self.parts.exporter.stats() if self.parts.exporter is not None else {}, **extra}
         with self._send_lock:
             self.channel.send_json(STATS, body)
 
     def _report_loop(self) -> None:
-        last: tuple[int, int] | None = None
+        last: tuple[int, ...] | None = None
         while not self._stop.wait(STATS_EVERY):
-            now = (self.flows_received, self.pipeline.alerts_generated)
+            now = (self.flows_received, self.pipeline.alerts_generated, self.parts.signatures.reloads)
             if now != last:
                 try:
                     self.report()

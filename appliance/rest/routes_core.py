@@ -45,6 +45,10 @@ class AnalysisWorkerStatus(BaseModel):
     dns_dropped: int = 0  # DNS answers and resolver events over the channel's bound
     flows_not_analysed: int = 0  # mode off: every ended flow
     frames_refused: int = 0  # channel frames the analysis process could not read (a bug, never silent)
+    # The rule set analysis runs (the analysis process watches the rule files itself; `signature_rules` above
+    # is the server's own engine, which serves /api/v1/rules): 0 where this node does not analyse.
+    signature_rules: int = 0
+    signature_reloads: int = 0  # good reloads since analysis started (a restarted process counts from 0)
     cluster: dict[str, int] = {}  # cluster roles: what this node did with Redis (README, "Cluster")
 
 

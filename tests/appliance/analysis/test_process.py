@@ -122,29 +122,26 @@ def test_triage_reaches_the_analysis_process_a_resolved_alert_is_never_updated(i
 
 
 def test_a_new_rule_file_is_loaded_by_the_analysis_process(in_process: Any, tmp_path: Path) -> None:
+    """The analysis process watches the rule files itself and says which rule set it runs
+    (`analysis_worker.signature_rules`, `signature_reloads`); once it counts the new rule, flows meet it."""
     running = in_process()
-    before = metrics(running)["signature_rules"]
+    worker = wait_for(lambda: (w := metrics(running)["analysis_worker"])["running"] and w,
+                      what="the analysis process to be ready")
+    before = worker["signature_rules"]
+    assert before == metrics(running)["signature_rules"] > 0  # both engines read the shipped rules
     rule = tmp_path / "signatures" / "lab.yaml"
     rule.write_text(
         "id: LAB-001\ntitle: Lab tunnel domain\ndescription: The lab's tunnel.\nprotocol: dns\n"
         "category: DnsTunneling\nseverity: High\nconfidence: 0.95\n"
         "conditions:\n  - field: dns.qname\n    op: endswith\n    value: .t.tunnel-example.net\n")
     wait_for(lambda: metrics(running)["signature_rules"] > before, what="the REST side to load the rule")
-    # The analysis process watches the same directory on its own (debounce 0.5 s) and reports no rule count:
-    # a new agent's tunnel until its alert carries the rule, rather than a fixed sleep a loaded machine outlasts.
-    agents = iter(range(1000))
-    seen: set[str] = set()
-
-    def lab_rule_fires() -> bool:
-        tunnel = sc.iodine_tunnel()
-        tunnel.machine_id = f"lab-agent-{next(agents)}"
-        sc.stream(running.stub(), tunnel)
-        new = [a for a in alerts_of(running) if a["id"] not in seen]  # this agent's alert
-        seen.update(a["id"] for a in new)
-        assert [a["category"] for a in new] == ["DnsTunneling"], new
-        return any(d["detector"] == "signature:LAB-001" for d in new[0]["detections"])
-
-    wait_for(lab_rule_fires, what="the analysis process to load the rule")
+    loaded = wait_for(lambda: (w := metrics(running)["analysis_worker"])["signature_rules"] == before + 1 and w,
+                      what="the analysis process to load the rule")
+    assert loaded["signature_reloads"] >= worker["signature_reloads"] + 1
+    sc.stream(running.stub(), sc.iodine_tunnel())
+    alerts = alerts_of(running)
+    assert [a["category"] for a in alerts] == ["DnsTunneling"]
+    assert any(d["detector"] == "signature:LAB-001" for d in alerts[0]["detections"])
 
 
 def test_a_killed_analysis_process_is_restarted_and_counted_while_ingestion_goes_on(in_process: Any) -> None:

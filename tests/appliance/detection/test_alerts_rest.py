@@ -81,6 +81,7 @@ def test_active_alerts_metric_counts_open_alerts_and_delete_removes(detecting):
     detecting.rest.post(f"/api/v1/alerts/{alerts[0]['id']}/status", {"status": "FalsePositive"})
     metrics = detecting.rest.get("/api/v1/metrics")[1]
     assert metrics["active_alerts"] == 1 and metrics["alerts_generated"] == 2 and metrics["signature_rules"] == SHIPPED_RULES
+    assert metrics["analysis_worker"]["signature_rules"] == SHIPPED_RULES  # the rule set analysis runs (here: a thread)
     status, _ = detecting.rest.call("DELETE", f"/api/v1/alerts/{alerts[1]['id']}")
     assert status == 200
     assert detecting.rest.get(f"/api/v1/alerts/{alerts[1]['id']}")[0] == 404
