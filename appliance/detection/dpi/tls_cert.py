@@ -16,7 +16,8 @@ import logging
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -95,31 +96,36 @@ def issued_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
 _MEMO_SIZE = 4096
 _certificates: dict[bytes, CertificateInfo | None] = {}
 _signed: dict[tuple[str, str], bool] = {}  # (certificate sha256, issuer sha256) -> issued_by
+_MISSING = object()
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _remembered(memo: dict[K, V], key: K, compute: Callable[[], V]) -> V:
+    """memo[key], computed on first use; a full memo is emptied (bounded whatever the traffic)."""
+    found = memo.get(key, _MISSING)
+    if found is _MISSING:
+        found = compute()
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()
+        memo[key] = found
+    return found  # type: ignore[return-value]
+
+
+def forget_certificates() -> None:
+    """Empty the certificate and signature memos (the bench measures a chain seen for the first time)."""
+    _certificates.clear()
+    _signed.clear()
 
 
 def read_certificate(der: bytes) -> CertificateInfo | None:
     """The certificate in `der`, or None when `cryptography` cannot read it (remembered either way)."""
-    try:
-        return _certificates[der]
-    except KeyError:
-        pass
-    info = _read_certificate(der)
-    if len(_certificates) >= _MEMO_SIZE:
-        _certificates.clear()
-    _certificates[bytes(der)] = info
-    return info
+    return _remembered(_certificates, bytes(der), lambda: _read_certificate(der))
 
 
 def _linked(child: CertificateInfo, parent: CertificateInfo) -> bool:
     """issued_by(child, parent), remembered by the pair's SHA-256 (a signature check costs 20-60 us)."""
-    key = (child.sha256, parent.sha256)
-    found = _signed.get(key)
-    if found is None:
-        found = issued_by(child.cert, parent.cert)
-        if len(_signed) >= _MEMO_SIZE:
-            _signed.clear()
-        _signed[key] = found
-    return found
+    return _remembered(_signed, (child.sha256, parent.sha256), lambda: issued_by(child.cert, parent.cert))
 
 
 def _read_certificate(der: bytes) -> CertificateInfo | None:
@@ -177,13 +183,7 @@ class TrustAnchors:
 
     def vouches_for_info(self, info: CertificateInfo) -> bool:
         """`vouches_for(info.cert)`, remembered by the certificate's SHA-256 for these anchors."""
-        found = self._vouched.get(info.sha256)
-        if found is None:
-            found = self.vouches_for(info.cert)
-            if len(self._vouched) >= _MEMO_SIZE:
-                self._vouched.clear()
-            self._vouched[info.sha256] = found
-        return found
+        return _remembered(self._vouched, info.sha256, lambda: self.vouches_for(info.cert))
 
 
 def name_matches(name: str, patterns: list[str]) -> bool:
