@@ -69,6 +69,7 @@ class PubSub(Protocol):
     def publish(self, channel: str, payload: Any) -> int: ...
     def subscribe(self, channel: str) -> Subscription: ...
     def recent(self, channel: str, after: int) -> list[Event]: ...
+    def latest(self, channel: str) -> int: ...
     def close(self) -> None: ...
 
 
@@ -137,6 +138,11 @@ class InProcessPubSub:
         with self._lock:
             return [e for e in self._recent.get(channel, ()) if e.id > after]
 
+    def latest(self, channel: str) -> int:
+        """The id of the channel's newest event (0: none yet)."""
+        with self._lock:
+            return self._seq.get(channel, 0)
+
     def close(self) -> None:
         pass
 
@@ -190,7 +196,8 @@ class RedisPubSub:
             confirmed = self._confirmed.setdefault(name, threading.Event())
             with self._command_lock:
                 self._pubsub.subscribe(name)
-            # Return only once Redis has acknowledged, so a publish right after cannot be missed.
+            # Return once Redis has acknowledged, so that a publish right after arrives live. A late
+            # acknowledgement loses nothing: streams catch up from `recent` by event id (StreamHub).
             if not confirmed.wait(5):
                 log.warning("redis subscribe not acknowledged channel=%s", channel)
         else:
@@ -208,6 +215,11 @@ class RedisPubSub:
                     self._pubsub.unsubscribe(name)
             except Exception:  # the listener reconnects and resubscribes what is still wanted
                 log.warning("redis unsubscribe failed channel=%s", sub.channel, exc_info=True)
+
+    def latest(self, channel: str) -> int:
+        """The id of the channel's newest event (0: none yet), from the counter every publish increments."""
+        raw = self._redis.get(f"{self.PREFIX}seq:{channel}")
+        return int(raw) if raw is not None else 0
 
     def recent(self, channel: str, after: int) -> list[Event]:
         raw = self._redis.lrange(f"{self.PREFIX}recent:{channel}", 0, -1)

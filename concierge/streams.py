@@ -12,7 +12,7 @@ import threading
 from typing import Any, Iterator
 
 from concierge.errors import ServiceUnavailable
-from concierge.pubsub import PubSub, Subscription
+from concierge.pubsub import Event, PubSub, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ class StreamHub:
         self._total = 0
         self._closing = threading.Event()
         self._subs: set[Subscription] = set()
+        self.events_caught_up = 0  # events pub/sub did not deliver, sent from the replay buffer instead
 
     @property
     def open_streams(self) -> int:
@@ -64,28 +65,43 @@ class StreamHub:
     def stream(self, user_id: str, channel: str, last_event_id: int | None, event: str = "status") -> Iterator[bytes]:
         """Frames for one client: `ready`, replayed events after Last-Event-ID, then live events.
 
+        Every event newer than the connection (or than Last-Event-ID) is sent once, in id order, even when
+        pub/sub loses one (a subscription acknowledged late, the listener reconnecting after Redis went
+        away): ids are per channel and consecutive, so a live event past the next id, or a heartbeat
+        finding the channel's newest id ahead of what was sent, first sends what is missing from the
+        replay buffer (`recent`; counted in `events_caught_up`).
+
         The slot must already be acquired; it is released when the generator ends, including when a
         write to a dead client fails and the server closes the generator.
         """
-        sub = self.pubsub.subscribe(channel)  # before replay, so nothing falls between the two
+        latest = self.pubsub.latest(channel)  # before subscribing: anything newer arrives live or is caught up
+        sub = self.pubsub.subscribe(channel)
         with self._lock:
             self._subs.add(sub)
         try:
             yield format_event("ready", json.dumps({"connected": True}))
-            sent = 0
-            if last_event_id is not None:
-                for old in self.pubsub.recent(channel, last_event_id):
-                    yield format_event(event, old.data, old.id)
-                    sent = old.id
+            # A Last-Event-ID past the channel's newest (its counter started again) resumes from now.
+            sent = last_event_id if last_event_id is not None and last_event_id <= latest else latest
+            for old in self._missing(channel, sent, None):
+                yield format_event(event, old.data, old.id)
+                sent = old.id
             while not self._closing.is_set():
                 item = sub.get(timeout=self.heartbeat)
                 if self._closing.is_set():
                     return
                 if item is None:
+                    if self.pubsub.latest(channel) > sent:  # published, never delivered here
+                        for old in self._caught_up(channel, sent, None):
+                            yield format_event(event, old.data, old.id)
+                            sent = old.id
                     yield b": heartbeat\n\n"  # also how a vanished client is noticed: the write fails
                     continue
                 if item.id <= sent:
-                    continue  # already replayed
+                    continue  # already sent
+                if item.id > sent + 1:
+                    for old in self._caught_up(channel, sent, item.id):
+                        yield format_event(event, old.data, old.id)
+                        sent = old.id
                 sent = item.id
                 yield format_event(event, item.data, item.id)
         finally:
@@ -94,6 +110,18 @@ class StreamHub:
             sub.close()
             self.release(user_id)
             log.info("sse stream closed user=%s channel=%s", user_id, channel)
+
+    def _missing(self, channel: str, after: int, before: int | None) -> list[Event]:
+        """Events of the replay buffer with after < id < before, in id order."""
+        return [e for e in self.pubsub.recent(channel, after) if before is None or e.id < before]
+
+    def _caught_up(self, channel: str, after: int, before: int | None) -> list[Event]:
+        missing = self._missing(channel, after, before)
+        if missing:
+            with self._lock:
+                self.events_caught_up += len(missing)
+            log.info("sse stream caught up channel=%s events=%d after=%d", channel, len(missing), after)
+        return missing
 
     def close(self) -> None:
         """Ends every stream at its next wake-up (server shutdown)."""

@@ -53,3 +53,10 @@ def test_closed_subscription_stops_receiving(pubsub: PubSub) -> None:
     sub.close()
     pubsub.publish("gone", {"x": 1})
     assert sub.get(timeout=0.2) is None
+
+
+def test_latest_is_the_newest_id_of_the_channel(pubsub: PubSub) -> None:
+    assert pubsub.latest("fresh") == 0
+    ids = [pubsub.publish("fresh", {"n": n}) for n in range(4)]
+    assert pubsub.latest("fresh") == ids[-1] == 4  # ids are per channel and consecutive
+    assert pubsub.latest("other") == 0
