@@ -19,6 +19,7 @@ import requests
 
 from concierge.app import Concierge, build
 from concierge.pms import SimulatedPms
+from concierge.pubsub import InProcessPubSub, PubSub, RedisPubSub
 from concierge.settings import Settings
 from tests.polling import free_port, wait_port
 
@@ -289,3 +290,15 @@ def postgres_url() -> Iterator[str]:
             proc.kill()
             proc.wait()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(params=["in-process", "redis"])
+def pubsub(request: pytest.FixtureRequest) -> Iterator[PubSub]:
+    """Both pub/sub back ends with a replay list of 3 events (Redis: a real server)."""
+    backend: PubSub
+    if request.param == "redis":
+        backend = RedisPubSub(request.getfixturevalue("redis_url"), replay_size=3)
+    else:
+        backend = InProcessPubSub(replay_size=3)
+    yield backend
+    backend.close()

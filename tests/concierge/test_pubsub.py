@@ -2,22 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
-
-import pytest
-
-from concierge.pubsub import InProcessPubSub, PubSub, RedisPubSub
-
-
-@pytest.fixture(params=["in-process", "redis"])
-def pubsub(request: pytest.FixtureRequest) -> Iterator[PubSub]:
-    backend: PubSub
-    if request.param == "redis":
-        backend = RedisPubSub(request.getfixturevalue("redis_url"), replay_size=3)
-    else:
-        backend = InProcessPubSub(replay_size=3)
-    yield backend
-    backend.close()
+from concierge.pubsub import PubSub
 
 
 def test_subscribers_receive_json_payloads_in_order_with_increasing_ids(pubsub: PubSub) -> None:

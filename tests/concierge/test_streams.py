@@ -7,22 +7,11 @@ import json
 import time
 from typing import Iterator
 
-import pytest
 import redis
 
-from concierge.pubsub import InProcessPubSub, PubSub, RedisPubSub
+
+from concierge.pubsub import PubSub, RedisPubSub
 from concierge.streams import StreamHub
-
-
-@pytest.fixture(params=["in-process", "redis"])
-def pubsub(request: pytest.FixtureRequest) -> Iterator[PubSub]:
-    backend: PubSub
-    if request.param == "redis":
-        backend = RedisPubSub(request.getfixturevalue("redis_url"), replay_size=10)
-    else:
-        backend = InProcessPubSub(replay_size=10)
-    yield backend
-    backend.close()
 
 
 def frames(stream: Iterator[bytes], count: int) -> list[tuple[int | None, str]]:
