@@ -9,7 +9,6 @@ from typing import Iterator
 
 import redis
 
-
 from concierge.pubsub import PubSub, RedisPubSub
 from concierge.streams import StreamHub
 
