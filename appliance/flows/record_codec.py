@@ -96,16 +96,39 @@ def _encode_records(records: list[FlowRecord]) -> bytes:
     return batch.SerializeToString()
 
 
+def _varint(value: int) -> bytes:
+    """A protobuf base-128 varint (lengths here: one byte below 128)."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_ITEM_TAG, _MESSAGE_TAG, _FROM_EVENT = b"\x0a", b"\x12", b"\x18\x01"  # DnsBatch.items, AgentDns.message, .from_event
+
+
 def encode_dns(items: Iterable[tuple[str, AnyDns, bool]]) -> bytes:
-    """A serialized DnsBatch of (agent_id, message, from_event) items; serialized messages go in as they are."""
-    batch = pb.DnsBatch()
-    add = batch.items.add
+    """A serialized DnsBatch of (agent_id, message, from_event) items; serialized messages go in as they are.
+
+    Framed here rather than through the generated classes: there, a serialized message had to be parsed
+    into the batch to be written out again, a third of the hand-off thread's time (py-spy, 2026-11-24).
+    Fields in number order, as protobuf writes them; tests hold the bytes equal to upb's.
+    """
+    parts: list[bytes] = []
+    heads: dict[str, bytes] = {}  # agent_id -> its encoded field 1 (a batch holds few agents)
     for agent_id, message, from_event in items:
-        if type(message) is bytes:
-            add(agent_id=agent_id, from_event=from_event).message.MergeFromString(message)
-        else:
-            add(agent_id=agent_id, message=_dns_pb(message), from_event=from_event)
-    return batch.SerializeToString()
+        head = heads.get(agent_id)
+        if head is None:
+            raw = agent_id.encode()
+            head = heads[agent_id] = _ITEM_TAG + _varint(len(raw)) + raw if raw else b""
+        body = message if type(message) is bytes else _dns_pb(message).SerializeToString()
+        item = head + _MESSAGE_TAG + _varint(len(body)) + body + (_FROM_EVENT if from_event else b"")
+        parts.append(_ITEM_TAG + _varint(len(item)) + item)
+    return b"".join(parts)
 
 
 # -- decoding -------------------------------------------------------------------------------------
