@@ -75,8 +75,18 @@ class TlsAnalyzer:
         if c.ignore_private and is_private(address):
             return []
         sni = hello.sni if hello is not None else ""
-        version = hello.version if hello is not None else ""
         resolution = self._resolver.lookup(flow.agent_id, address, flow.first_ns, c.resolution_window_s)
+        # Decide first: most flows raise nothing, and the evidence below costs more than the tests.
+        mismatch = resolution is not None and bool(sni) and sni not in resolution.names and self._unbacked(
+            flow, sni, resolution.names, c.resolution_window_s)
+        rare = False
+        if rarity is not None:
+            new, others, watched_s, handshakes = rarity
+            rare = (new and others <= c.rare_max_fleet_agents and watched_s >= c.rare_learning_s
+                    and handshakes >= c.rare_min_handshakes)
+        if not (resolution is None or mismatch or rare or (tls is not None and tls.certificates)):
+            return []
+        version = hello.version if hello is not None else ""
         evidence: dict[str, Any] = {"sni": sni, "tls_version": version, "remote_port": flow.remote_port,
                                     "client_hello": hello is not None, "resolved_as": resolution.name if resolution else "",
                                     "ja4": tls.ja4 if tls is not None else ""}
@@ -90,29 +100,30 @@ class TlsAnalyzer:
                       + (f" (SNI {sni})" if sni else " (no SNI)"))
             out.append(make_detection("dpi.tls.raw_ip", Category.RAW_IP_TLS, confidence, Severity.MEDIUM,
                                       evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
-        elif sni and sni not in resolution.names:
-            sni_registered = self._domains.registered(sni)
-            backed = {self._domains.registered(n) for n in resolution.names}
-            if sni_registered not in backed and not self._resolver.name_resolved(
-                    flow.agent_id, sni, flow.first_ns, c.resolution_window_s):
-                reason = f"SNI {sni} matches no recent resolution; {address} was resolved as {resolution.name}"
-                out.append(make_detection("dpi.tls.sni_mismatch", Category.RAW_IP_TLS, 0.5, Severity.MEDIUM,
-                                          evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        elif mismatch:
+            reason = f"SNI {sni} matches no recent resolution; {address} was resolved as {resolution.name}"
+            out.append(make_detection("dpi.tls.sni_mismatch", Category.RAW_IP_TLS, 0.5, Severity.MEDIUM,
+                                      evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
         if tls is None:
             return out
-        if rarity is not None:
-            new, others, watched_s, handshakes = rarity
-            if (new and others <= c.rare_max_fleet_agents and watched_s >= c.rare_learning_s
-                    and handshakes >= c.rare_min_handshakes):
-                where = "this agent or the fleet" if others == 0 else f"this agent ({others} other agents have it)"
-                reason = f"TLS client fingerprint {tls.ja4} never seen on {where}"
-                out.append(make_detection(
-                    "dpi.tls.rare_fingerprint", Category.RAW_IP_TLS, 0.3 if others == 0 else 0.2, Severity.LOW,
-                    evidence={**evidence, "ja3": tls.ja3, "fleet_agents": others, "agent_watched_s": round(watched_s),
-                              "agent_handshakes": handshakes, "reason": reason}, **common))  # type: ignore[arg-type]
+        if rare:
+            where = "this agent or the fleet" if others == 0 else f"this agent ({others} other agents have it)"
+            reason = f"TLS client fingerprint {tls.ja4} never seen on {where}"
+            out.append(make_detection(
+                "dpi.tls.rare_fingerprint", Category.RAW_IP_TLS, 0.3 if others == 0 else 0.2, Severity.LOW,
+                evidence={**evidence, "ja3": tls.ja3, "fleet_agents": others, "agent_watched_s": round(watched_s),
+                          "agent_handshakes": handshakes, "reason": reason}, **common))  # type: ignore[arg-type]
         if tls.certificates:
             out.extend(self._certificates(flow, tls, config, evidence, common))
         return out
+
+    def _unbacked(self, flow: FlowRecord, sni: str, names: tuple[str, ...], window_s: float) -> bool:
+        """True when no name the address was resolved as shares the SNI's registered domain, nor was the
+        SNI itself resolved lately (a CDN answering for a sibling name is backed)."""
+        sni_registered = self._domains.registered(sni)
+        if sni_registered in {self._domains.registered(n) for n in names}:
+            return False
+        return not self._resolver.name_resolved(flow.agent_id, sni, flow.first_ns, window_s)
 
     def _certificates(self, flow: FlowRecord, tls: TlsMetadata, config: AnalysisConfig, evidence: dict[str, Any],
                       common: dict[str, Any]) -> list[Detection]:
