@@ -71,10 +71,14 @@ def test_detections_are_stored_as_json_dumps_would_write_them(tmp_path: Path) ->
 
     views = [{"id": f"d{i}", "detector": "dpi.tls.raw_ip", "confidence": 0.1 * i, "evidence": {"n": i, "at": Path("/x"),
               "names": ["é", "\u2028"]}, "flow_ids": [f"f{i}"], "first_ns": i, "last_ns": i + 1} for i in range(30)]
-    memo = _DetectionsJson(size=16)
-    for window in (views[:10], views[5:25], views[:30], json.loads(json.dumps(views, default=str)), []):
+    budget = 16 * len(json.dumps(views[0], default=str))  # about 16 texts
+    memo = _DetectionsJson(max_chars=budget)
+    for window in (views[:10], views[5:25], views[:30], json.loads(json.dumps(views, default=str)), views[28:], []):
         assert memo.dumps(window) == json.dumps(window, default=str)
-    assert len(memo._by_id) <= 16
+        assert 0 < memo.remembered_chars <= budget
+    # The oldest texts went first: the newest detections are still remembered, as the texts they were.
+    assert memo.remembered_chars == sum(len(t) for t in memo._by_id.values())
+    assert list(memo._by_id)[-2:] == ["d28", "d29"] and "d0" not in memo._by_id
     db = DetectionDatabase(tmp_path / "detection.db")
     store = AlertStore(db)
     first = alert(1)
@@ -83,4 +87,24 @@ def test_detections_are_stored_as_json_dumps_would_write_them(tmp_path: Path) ->
     first.detections = views[:30]
     store.save("updated", first)
     assert store.get("alert-1").detections == json.loads(json.dumps(views, default=str))
+    db.close()
+
+
+def test_a_batched_store_sees_triage_from_another_connection_at_the_next_round(tmp_path: Path) -> None:
+    """The analysis process remembers open alerts and reads PRAGMA data_version once per round (after each
+    commit), not once per detection: an alert resolved elsewhere before a round is never updated by it."""
+    path = tmp_path / "detection.db"
+    db = DetectionDatabase(path)
+    store = AlertStore(db, batched=True)
+    store.save("opened", alert(1))
+    store.commit()
+    assert store.find_open("agent-1", "203.0.113.1") is not None  # round 1 reads the version, remembers the alert
+    server = AlertStore(DetectionDatabase(path))  # the server process: REST triage on its own connection
+    server.set_status("alert-1", "Resolved")
+    # Within the round, the remembered alert stands (one version read per round) ...
+    assert store.find_open("agent-1", "203.0.113.1") is not None
+    store.commit()
+    # ... and the next round sees the triage: the resolved alert is not offered for updating.
+    assert store.find_open("agent-1", "203.0.113.1") is None
+    assert store.find_open("agent-1", "203.0.113.2") is None
     db.close()
