@@ -39,7 +39,7 @@ FIELD_SOURCES: dict[str, str] = {
     "dns.qname_length": "len(item.qname)",
     "dns.qtype": "(QTYPE_TEXT.get(item.qtype) or str(item.qtype))",
     "dns.rcode": "((RCODE_TEXT.get(item.rcode) or str(item.rcode)) if item.is_response else '')",
-    "tls.sni": "item.tls.sni",
+    "tls.sni": "item.client_hello.sni",  # TlsMetadata.sni without its property call (a tls item has a hello)
     "tls.version": "item.client_hello.version.lower()",
     "tls.ja4": "item.tls.ja4",
     "tls.ja4s": "item.tls.ja4s",
@@ -83,14 +83,11 @@ MEMO_ENTRIES = 4096
 MEMO_MAX_VALUE = 256
 
 
-def memoised(test: Callable[[Any], bool], entries: int = MEMO_ENTRIES) -> Callable[[Any], bool]:
+def memoised(test: Callable[[Any], bool], entries: int = MEMO_ENTRIES) -> tuple[Callable[[Any], bool | None], Callable[[Any], bool]]:
+    """(lookup, test and remember): the generated matcher asks the memo itself, and tests only on a miss."""
     memo: dict[Any, bool] = {}
-    lookup = memo.get
 
-    def cached(value: Any) -> bool:
-        known = lookup(value)
-        if known is not None:
-            return known
+    def remembered(value: Any) -> bool:
         answer = bool(test(value))
         if len(value) <= MEMO_MAX_VALUE:
             if len(memo) >= entries:
@@ -98,7 +95,7 @@ def memoised(test: Callable[[Any], bool], entries: int = MEMO_ENTRIES) -> Callab
             memo[value] = answer
         return answer
 
-    return cached
+    return memo.get, remembered
 
 
 # Matching one item: (flow, item) -> indexes (into the protocol's rule tuple) of the rules whose
@@ -122,6 +119,7 @@ def compile_lazy(rules: tuple[Rule, ...]) -> ItemMatcher:
             if condition.field not in fields:
                 fields.append(condition.field)
     tests: list[Callable[[Any], bool] | None] = []  # per condition: its test, called, or None when inline
+    lookups: list[Callable[[Any], bool | None] | None] = []  # per condition: its memo's lookup, if memoised
     constants: list[Any] = []  # per condition: an inline test's constant
     lines = ["def match(flow, item):", "    hits = []"]
     touched: set[int] = set()  # fields some earlier line may have fetched
@@ -144,13 +142,21 @@ def compile_lazy(rules: tuple[Rule, ...]) -> ItemMatcher:
                     known.add(f)
             position = len(tests)
             inline = OPERATORS[condition.op].inline
-            if inline is None:
-                tests.append(memoised(condition.test) if condition.op in MEMOISED_OPERATORS else condition.test)
+            if condition.op in MEMOISED_OPERATORS:
+                lookup, remembered = memoised(condition.test)
+                tests.append(remembered)
+                lookups.append(lookup)
+                constants.append(None)
+                lines.append(f"{pad}if (r if (r := L[{position}](v{f})) is not None else T[{position}](v{f})):")
+            elif inline is None:
+                tests.append(condition.test)
+                lookups.append(None)
                 constants.append(None)
                 lines.append(f"{pad}if T[{position}](v{f}):")
             else:
                 template, constant = inline(condition.value, FIELDS[condition.field].kind)
                 tests.append(None)
+                lookups.append(None)
                 constants.append(constant)
                 lines.append(f"{pad}if {template.format(v=f'v{f}', k=f'K[{position}]')}:")
             depth += 1
@@ -158,7 +164,7 @@ def compile_lazy(rules: tuple[Rule, ...]) -> ItemMatcher:
     if checked:
         lines.insert(1, f"    {' = '.join(f'v{i}' for i in sorted(checked))} = UNSET")
     lines.append("    return hits")
-    namespace: dict[str, Any] = {**_SOURCE_NAMES, "T": tuple(tests), "K": tuple(constants), "UNSET": _UNSET}
+    namespace: dict[str, Any] = {**_SOURCE_NAMES, "T": tuple(tests), "L": tuple(lookups), "K": tuple(constants), "UNSET": _UNSET}
     exec(compile("\n".join(lines), "<signature rules>", "exec"), namespace)  # noqa: S102 - tables only, see above
     return namespace["match"]  # type: ignore[no-any-return]
 
@@ -182,8 +188,9 @@ def record_of(rule: Rule, flow: FlowRecord, item: Any) -> dict[str, Any]:
 # A protocol's hits in one flow: (flow, the FlowFacts cache) -> (rule index, the first item the rule
 # matched), ascending by rule index. Only the tls and http scans read the payload facts (parsed once per
 # flow, shared with the DPI layer).
-Scan = Callable[[FlowRecord, FlowFacts], list[tuple[int, Any]]]
+Scan = Callable[[FlowRecord, FlowFacts], Sequence[tuple[int, Any]]]
 _ECHO = (0, 8)
+_NO_HITS: tuple[tuple[int, Any], ...] = ()
 ITEM_MEMO_ENTRIES = 4096
 
 
@@ -192,31 +199,33 @@ def compile_scan(protocol: str, rules: tuple[Rule, ...]) -> Scan:
     request, ICMP echo sample; the flow itself for tcp and udp), the lazy matcher run on each."""
     match = compile_lazy(rules)
     if protocol in ("tcp", "udp"):
-        def scan(flow: FlowRecord, facts: FlowFacts) -> list[tuple[int, Any]]:
-            return [(i, None) for i in match(flow, None)]
+        def scan(flow: FlowRecord, facts: FlowFacts) -> Sequence[tuple[int, Any]]:
+            hits = match(flow, None)
+            return [(i, None) for i in hits] if hits else _NO_HITS
     elif protocol == "tls":
-        def scan(flow: FlowRecord, facts: FlowFacts) -> list[tuple[int, Any]]:
+        def scan(flow: FlowRecord, facts: FlowFacts) -> Sequence[tuple[int, Any]]:
             found = facts.facts(flow)
             if found.tls is None or found.client_hello is None:
-                return []
-            return [(i, found) for i in match(flow, found)]
+                return _NO_HITS
+            hits = match(flow, found)
+            return [(i, found) for i in hits] if hits else _NO_HITS
     elif protocol == "http":
-        def scan(flow: FlowRecord, facts: FlowFacts) -> list[tuple[int, Any]]:
+        def scan(flow: FlowRecord, facts: FlowFacts) -> Sequence[tuple[int, Any]]:
             requests = facts.facts(flow).http_requests
-            return _first_hits(flow, requests, match) if requests else []
+            return _first_hits(flow, requests, match) if requests else _NO_HITS
     elif protocol == "icmp":
-        def scan(flow: FlowRecord, facts: FlowFacts) -> list[tuple[int, Any]]:
+        def scan(flow: FlowRecord, facts: FlowFacts) -> Sequence[tuple[int, Any]]:
             echoes = [p for p in flow.samples if p.icmp is not None and p.icmp.type in _ECHO]
-            return _first_hits(flow, echoes, match) if echoes else []
+            return _first_hits(flow, echoes, match) if echoes else _NO_HITS
     elif any(c.field in FLOW_FIELDS for rule in rules for c in rule.conditions):
-        def scan(flow: FlowRecord, facts: FlowFacts) -> list[tuple[int, Any]]:
+        def scan(flow: FlowRecord, facts: FlowFacts) -> Sequence[tuple[int, Any]]:
             return _first_hits(flow, [m for m in flow.dns if m.qname], match)
     else:
         scan = _dns_scan(match)
     return scan
 
 
-def _first_hits(flow: FlowRecord, items: Sequence[Any], match: ItemMatcher) -> list[tuple[int, Any]]:
+def _first_hits(flow: FlowRecord, items: Sequence[Any], match: ItemMatcher) -> Sequence[tuple[int, Any]]:
     first: dict[int, Any] = {}
     for item in items:
         for i in match(flow, item):
@@ -234,7 +243,7 @@ def _dns_scan(match: ItemMatcher, entries: int = ITEM_MEMO_ENTRIES) -> Scan:
     memo: dict[tuple[str, int, int], tuple[int, ...]] = {}
     lookup = memo.get
 
-    def scan(flow: FlowRecord, facts: FlowFacts) -> list[tuple[int, Any]]:
+    def scan(flow: FlowRecord, facts: FlowFacts) -> Sequence[tuple[int, Any]]:
         first: dict[int, Any] | None = None
         for m in flow.dns:
             qname = m.qname
@@ -253,7 +262,7 @@ def _dns_scan(match: ItemMatcher, entries: int = ITEM_MEMO_ENTRIES) -> Scan:
                 for i in found:
                     if i not in first:
                         first[i] = m
-        return sorted(first.items(), key=_rule_index) if first else []
+        return sorted(first.items(), key=_rule_index) if first else _NO_HITS
 
     return scan
 
