@@ -80,7 +80,7 @@ def test_the_shipped_rules_find_the_same_on_the_scenario_corpus(tmp_path: Path):
 QNAMES = ["", "a.example.com", "dnscat.abc.net", "xkcdqwrtzplm.com", "mail.example.org", "aaaa" * 30 + ".net",
           "mgzxtbvq" * 6 + ".tunnel.io", "192.0.2.7"]
 HOSTS = ["", "example.com", "203.0.113.9", "exfil-example.com", "Upper.Example.COM"]
-URIS = ["/", "/gate.php?id=1", "/" + "QUJD" * 20, "/index.html", "/Upload"]
+URIS = ["/", "/gate.php?id=1", "/" + "QUJD" * 20, "/index.html", "/Upload", "/x?" + "a" * 400]  # too long to memoise
 AGENTS = ["", "python-requests/2.31", "Mozilla/5.0", "curl/8.0", "Go-http-client/1.1"]
 PROCESSES = ["", "python3", "Chrome.exe", "powershell.exe", "nc"]
 ADDRESSES = [0xC0000207, 0xCB007109, 0x0A000001, 0x08080808]  # 192.0.2.7, 203.0.113.9, 10.0.0.1, 8.8.8.8
