@@ -108,11 +108,12 @@ ItemMatcher = Callable[[FlowRecord, Any], int]
 def compile_lazy(rules: tuple[Rule, ...]) -> ItemMatcher:
     """One function for all of one protocol's rules, built once per load: (flow, item) -> hit mask.
 
-    Each rule's conditions are nested `if`s (AND, stopping at the first that fails); a field is computed
-    (its FIELD_SOURCES expression, inline) at its first read and reused by every later condition. Which
-    reads can be the first is decided here, once: a field a rule reads unconditionally (its first
-    condition) is known for every rule after it, a field never read before is computed without a check,
-    the others are checked against the UNSET marker. Tests are inline where the operator is one
+    Each rule's conditions are one `and` chain (stopping at the first that fails); a field is computed
+    (its FIELD_SOURCES expression, inline, assigned with `:=`) at its first read and reused by every
+    later condition. Which reads can be the first is decided here, once: a field a rule reads
+    unconditionally (its first condition) is known for every rule after it, as is a field an earlier
+    condition of the same rule read; a field never read before is computed without a check, the others
+    are checked against the UNSET marker. Tests are inline where the operator is one
     expression (operators.py templates: `v3 in K[4]`), else called; regex and cidr answers are memoised
     per value. No text of a rule file is ever compiled: the source holds indexes, the tables' templates
     and field expressions; rule values are reached through the tuples K, T and L bound below.
@@ -128,24 +129,22 @@ def compile_lazy(rules: tuple[Rule, ...]) -> ItemMatcher:
     lookups: list[Callable[[Any], bool | None] | None] = []  # per condition: its memo's lookup, if memoised
     constants: list[Any] = []  # per condition: an inline test's constant
     lines = ["def match(flow, item):", "    hits = 0"]
-    touched: set[int] = set()  # fields some earlier line may have fetched
+    touched: set[int] = set()  # fields some earlier rule may have fetched
     known: set[int] = set()  # fields fetched on every path to here
     checked: set[int] = set()  # fields read behind an UNSET check: they start as UNSET
     for index, rule in enumerate(rules):
-        depth = 1
-        for n, condition in enumerate(rule.conditions):
+        read: set[int] = set()  # fields this rule's earlier conditions read (they passed, so they were fetched)
+        checks = []
+        for condition in rule.conditions:
             f = fields.index(condition.field)
-            pad = "    " * depth
-            fetch = f"v{f} = {FIELD_SOURCES[condition.field]}"
-            if f not in known:
-                if f in touched:
-                    checked.add(f)
-                    lines += [f"{pad}if v{f} is UNSET:", f"{pad}    {fetch}"]
-                else:
-                    lines.append(f"{pad}{fetch}")
-                touched.add(f)
-                if n == 0:
-                    known.add(f)
+            if f in known or f in read:
+                value = f"v{f}"
+            elif f in touched:
+                checked.add(f)
+                value = f"(v{f} if v{f} is not UNSET else (v{f} := {FIELD_SOURCES[condition.field]}))"
+            else:
+                value = f"(v{f} := {FIELD_SOURCES[condition.field]})"
+            read.add(f)
             position = len(tests)
             inline = OPERATORS[condition.op].inline
             if condition.op in MEMOISED_OPERATORS:
@@ -153,20 +152,24 @@ def compile_lazy(rules: tuple[Rule, ...]) -> ItemMatcher:
                 tests.append(remembered)
                 lookups.append(lookup)
                 constants.append(None)
-                lines.append(f"{pad}if (r if (r := L[{position}](v{f})) is not None else T[{position}](v{f})):")
+                # The memo is asked first: the value is fetched there, so the test on a miss reads the variable.
+                checks.append(f"(r if (r := L[{position}]({value})) is not None else T[{position}](v{f}))")
             elif inline is None:
                 tests.append(condition.test)
                 lookups.append(None)
                 constants.append(None)
-                lines.append(f"{pad}if T[{position}](v{f}):")
+                checks.append(f"T[{position}]({value})")
             else:
                 template, constant = inline(condition.value, FIELDS[condition.field].kind)
                 tests.append(None)
                 lookups.append(None)
                 constants.append(constant)
-                lines.append(f"{pad}if {template.format(v=f'v{f}', k=f'K[{position}]')}:")
-            depth += 1
-        lines.append(f"{'    ' * depth}hits |= {1 << index}")
+                checks.append(f"({template.format(v=value, k=f'K[{position}]')})")
+        # One `and` chain per rule, however many conditions (nested ifs would meet Python's indentation limit).
+        lines += [f"    if {' and '.join(checks)}:", f"        hits |= {1 << index}"]
+        first = fields.index(rule.conditions[0].field)
+        known.add(first)  # a rule's first condition is always evaluated
+        touched |= read
     if checked:
         lines.insert(1, f"    {' = '.join(f'v{i}' for i in sorted(checked))} = UNSET")
     lines.append("    return hits")

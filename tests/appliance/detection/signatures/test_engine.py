@@ -251,3 +251,18 @@ def test_hot_reload_mid_stream_swaps_the_whole_set_and_forgets_the_old_answers(t
         seen.append({d[6]["rule"] for d in found})
         assert {d[6]["rule"] for d in found} <= {r["id"] for r in rules}
     assert seen[0] == {"SIG-A-1", "SIG-A-2", "SIG-A-3"} and seen[1] == {"SIG-A-1", "SIG-B-2", "SIG-B-3"}
+
+
+def test_a_rule_with_a_thousand_conditions_loads_and_matches_as_the_reference(tmp_path: Path):
+    """As many conditions as the loader's bounds let one file hold: one generated `and` chain per rule (nested
+    blocks would stop Python's compiler at 100 levels, and a valid file would break the reload)."""
+    rng = random.Random(3)
+    given = GivenFacts()
+    flows = [random_flow(rng, n, given) for n in range(200)]
+    many = [{"field": "remote_port", "op": "gt", "value": -i} for i in range(1000)]
+    _write(tmp_path, [_rule("SIG-MANY-1", "tcp", many + [{"field": "remote_port", "op": "in", "value": [4444]}]),
+                      _rule("SIG-MANY-2", "dns", [{"field": "dns.qname_length", "op": "lt", "value": 1000 + i} for i in range(1000)])])
+    engine, reference = engines(tmp_path, facts=given)
+    assert not engine.reload() and not reference.reload() and engine.loaded == 2
+    found = same_detections(engine, reference, flows)
+    assert {d[6]["rule"] for d in found} == {"SIG-MANY-1", "SIG-MANY-2"}
