@@ -30,6 +30,7 @@ class Operator:
     kinds: frozenset[str]  # field kinds it applies to: str, int, ip
     summary: str
     build: Callable[[Any, str], Test]  # (value, field kind) -> test on the field's value
+    inline: Callable[[Any, str], Inline] | None = None  # (value, field kind) -> (template, constant), when one expression
 
 
 def _need(cond: bool, message: str) -> None:
@@ -51,25 +52,32 @@ def _norm(value: Any, kind: str) -> Any:
         raise OperatorValueError(f"{value!r} is not an IP address") from None
 
 
-def _equals(value: Any, kind: str) -> Test:
-    want = _norm(value, kind)
-    return lambda got: got == want
+# Most operators are one comparison: written once as a Python expression template over the field's value
+# `{v}` and the operator's constant `{k}` (the value as checked and normalised below). `build` makes the test
+# from it; matcher.compile_lazy writes the same expression inline into the generated matcher, with the
+# constant bound through a tuple (no text of a rule file is ever compiled: only these templates).
+Inline = tuple[str, Any]  # (template, constant)
 
 
-def _not_equals(value: Any, kind: str) -> Test:
-    want = _norm(value, kind)
-    return lambda got: got != want
+def _equals(value: Any, kind: str) -> Inline:
+    return "{v} == {k}", _norm(value, kind)
 
 
-def _in(value: Any, kind: str) -> Test:
+def _not_equals(value: Any, kind: str) -> Inline:
+    return "{v} != {k}", _norm(value, kind)
+
+
+def _wanted(value: Any, kind: str) -> frozenset[Any]:
     _need(isinstance(value, list) and value != [], "must be a non-empty list")
-    wanted = frozenset(_norm(v, kind) for v in value)
-    return lambda got: got in wanted
+    return frozenset(_norm(v, kind) for v in value)
 
 
-def _not_in(value: Any, kind: str) -> Test:
-    test = _in(value, kind)
-    return lambda got: not test(got)
+def _in(value: Any, kind: str) -> Inline:
+    return "{v} in {k}", _wanted(value, kind)
+
+
+def _not_in(value: Any, kind: str) -> Inline:
+    return "{v} not in {k}", _wanted(value, kind)
 
 
 def _text(value: Any) -> str:
@@ -77,19 +85,16 @@ def _text(value: Any) -> str:
     return str(value).lower()
 
 
-def _contains(value: Any, kind: str) -> Test:
-    want = _text(value)
-    return lambda got: want in got
+def _contains(value: Any, kind: str) -> Inline:
+    return "{k} in {v}", _text(value)
 
 
-def _startswith(value: Any, kind: str) -> Test:
-    want = _text(value)
-    return lambda got: got.startswith(want)
+def _startswith(value: Any, kind: str) -> Inline:
+    return "{v}.startswith({k})", _text(value)
 
 
-def _endswith(value: Any, kind: str) -> Test:
-    want = _text(value)
-    return lambda got: got.endswith(want)
+def _endswith(value: Any, kind: str) -> Inline:
+    return "{v}.endswith({k})", _text(value)
 
 
 # Rule regexes run on attacker-chosen text (query names, URIs, headers), so they are matched by
@@ -137,40 +142,47 @@ def _cidr(value: Any, kind: str) -> Test:
     return lambda got: ipaddress.ip_address(got) in net
 
 
-def _cmp(op: Callable[[float, float], bool]) -> Callable[[Any, str], Test]:
-    def build(value: Any, kind: str) -> Test:
+def _cmp(template: str) -> Callable[[Any, str], Inline]:
+    def inline(value: Any, kind: str) -> Inline:
         _need(_is_number(value), f"must be a number (got {type(value).__name__})")
-        return lambda got: op(got, value)
-    return build
+        return template, value
+    return inline
 
 
-def _exists(value: Any, kind: str) -> Test:
+def _exists(value: Any, kind: str) -> Inline:
     _need(isinstance(value, bool), "must be true or false")
-    return (lambda got: got not in ("", None)) if value else (lambda got: got in ("", None))
+    return ("{v} not in {k}" if value else "{v} in {k}"), ("", None)
 
 
-def _in_list(value: Any, kind: str) -> Test:
+def _in_list(value: Any, kind: str) -> Inline:
     from appliance.detection.dpi.tls_lists import fingerprint_lists
 
     lists = fingerprint_lists()
     _need(isinstance(value, str) and value in lists, f"must name a shipped list ({', '.join(sorted(lists))})")
-    wanted = frozenset(lists[value])
-    return lambda got: got in wanted
+    return "{v} in {k}", frozenset(lists[value])
+
+
+def _inlined(inline: Callable[[Any, str], Inline]) -> Callable[[Any, str], Test]:
+    """The test of an inline operator: its template compiled as a function of the value."""
+    def build(value: Any, kind: str) -> Test:
+        template, constant = inline(value, kind)
+        return eval(f"lambda got: {template.format(v='got', k='k')}", {"k": constant})  # type: ignore[no-any-return]  # noqa: S307 - templates above only
+    return build
 
 
 _ALL = frozenset({"str", "int", "ip"})
 OPERATORS: dict[str, Operator] = {op.name: op for op in (
-    Operator("equals", _ALL, "the field equals the value (strings compare case-insensitively)", _equals),
-    Operator("not_equals", _ALL, "the field differs from the value", _not_equals),
-    Operator("in", _ALL, "the field equals one of the listed values", _in),
-    Operator("not_in", _ALL, "the field equals none of the listed values", _not_in),
-    Operator("contains", frozenset({"str"}), "the field contains the substring", _contains),
-    Operator("startswith", frozenset({"str"}), "the field starts with the value", _startswith),
-    Operator("endswith", frozenset({"str"}), "the field ends with the value", _endswith),
+    Operator("equals", _ALL, "the field equals the value (strings compare case-insensitively)", _inlined(_equals), _equals),
+    Operator("not_equals", _ALL, "the field differs from the value", _inlined(_not_equals), _not_equals),
+    Operator("in", _ALL, "the field equals one of the listed values", _inlined(_in), _in),
+    Operator("not_in", _ALL, "the field equals none of the listed values", _inlined(_not_in), _not_in),
+    Operator("contains", frozenset({"str"}), "the field contains the substring", _inlined(_contains), _contains),
+    Operator("startswith", frozenset({"str"}), "the field starts with the value", _inlined(_startswith), _startswith),
+    Operator("endswith", frozenset({"str"}), "the field ends with the value", _inlined(_endswith), _endswith),
     Operator("regex", frozenset({"str"}), "the regular expression (RE2 syntax, case-insensitive, linear time) matches somewhere", _regex),
     Operator("cidr", frozenset({"ip"}), "the address lies in the network", _cidr),
-    Operator("gt", frozenset({"int"}), "the field is greater than the number", _cmp(lambda a, b: a > b)),
-    Operator("lt", frozenset({"int"}), "the field is less than the number", _cmp(lambda a, b: a < b)),
-    Operator("exists", _ALL, "true: the field has a value; false: it is empty or absent", _exists),
-    Operator("in_list", frozenset({"str"}), "the field is in the named shipped fingerprint list (appliance/detection/data/tls_fingerprints.csv)", _in_list),
+    Operator("gt", frozenset({"int"}), "the field is greater than the number", _inlined(_cmp("{v} > {k}")), _cmp("{v} > {k}")),
+    Operator("lt", frozenset({"int"}), "the field is less than the number", _inlined(_cmp("{v} < {k}")), _cmp("{v} < {k}")),
+    Operator("exists", _ALL, "true: the field has a value; false: it is empty or absent", _inlined(_exists), _exists),
+    Operator("in_list", frozenset({"str"}), "the field is in the named shipped fingerprint list (appliance/detection/data/tls_fingerprints.csv)", _inlined(_in_list), _in_list),
 )}

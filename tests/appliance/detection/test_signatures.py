@@ -190,11 +190,12 @@ def test_the_regex_operator_answers_as_re2_search_does():
 
 
 def test_a_protocols_compiled_matcher_answers_as_each_rule_alone_would():
-    """compile_protocol (one generated function per protocol) against the plain reading of the rules:
-    a rule matches when every one of its conditions holds on the record (a missing field reads as "")."""
+    """compile_lazy (one generated function per protocol, fields read lazily) against the plain reading of
+    the rules: a rule matches when every one of its conditions holds on the item's field values."""
     import random
 
-    from appliance.detection.signatures.engine import compile_protocol
+    from appliance.detection.signatures.matcher import GETTERS, compile_lazy, rule_indexes
+    from appliance.model import DnsMessage, FlowRecord, Transport
 
     rng = random.Random(11)
     pool = [{"field": "dns.qname", "op": "regex", "value": "^[a-z]{3}\\."}, {"field": "dns.qname", "op": "endswith", "value": ".net"},
@@ -210,13 +211,12 @@ def test_a_protocols_compiled_matcher_answers_as_each_rule_alone_would():
                                        "conditions": conditions}, "t.yaml")
             assert rule is not None, errors
             rules.append(rule)
-        match = compile_protocol(tuple(rules))
+        match = compile_lazy(tuple(rules))
         for _ in range(60):
             name = "".join(rng.choice("abc.net") for _ in range(rng.randint(0, 20)))
-            record = {"dns.qname": name, "dns.qname_length": len(name), "dns.qtype": rng.choice(["a", "txt", "null"]),
-                      "dns.rcode": rng.choice(["", "noerror", "nxdomain"]), "remote_port": rng.choice([53, 5353]),
-                      "bytes_out": rng.randint(0, 1000)}
-            if rng.random() < 0.5:
-                record["process_name"] = rng.choice(["python3", "chrome"])
-            expected = [i for i, rule in enumerate(rules) if all(c.test(record.get(c.field, "")) for c in rule.conditions)]
-            assert match(record) == expected
+            flow = FlowRecord("f", "agent", 17, Transport.UDP, 1, 40000, 2, rng.choice([53, 5353]), 0, 1,
+                              bytes_out=rng.randint(0, 1000), process_name=rng.choice(["", "Python3", "chrome"]))
+            message = DnsMessage(1, rng.random() < 0.5, rng.choice([0, 3]), name, rng.choice([1, 16, 10]), 1)
+            expected = [i for i, rule in enumerate(rules)
+                        if all(c.test(GETTERS[c.field](flow, message)) for c in rule.conditions)]
+            assert rule_indexes(match(flow, message)) == expected
