@@ -29,5 +29,10 @@ class RegisteredDomains:
         self._cache[name] = result
         return result
 
+    @property
+    def memo(self) -> dict[str, tuple[str, str]]:
+        """The cache `split` fills: name -> (registered, label); read it (the C DNS scanner does), never write it."""
+        return self._cache
+
     def registered(self, name: str) -> str:
         return self.split(name)[0]

@@ -16,6 +16,9 @@
  * client_hello_texts(hello) -> (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)
  * server_hello_texts(hello) -> (ja4s head, ja4s extensions)
  *     The same strings from a ClientHello/ServerHello object (its integers must be 16-bit, its ALPN bytes).
+ *
+ * DomainWindow, AgentDns, DnsScanner
+ *     The DNS detectors' per-message accounting (dns_windows.h, the twin of dpi/dns_reference.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -90,6 +93,8 @@ static PyObject *shannon_entropy(PyObject *module, PyObject *text)
     PyBuffer_Release(&view);
     return PyFloat_FromDouble(value);
 }
+
+#include "dns_windows.h"
 
 static PyObject *ascii_text(const char *text, size_t len)
 {
@@ -425,7 +430,7 @@ static int dpi_exec(PyObject *module)
         if (state->names[i] == NULL)
             return -1;
     }
-    return 0;
+    return dnsw_init(module);
 }
 
 static int dpi_clear(PyObject *module)

@@ -129,6 +129,11 @@ class NameScorer:
     def score(self, label: str) -> float:
         return self.features(label).score
 
+    @property
+    def memo(self) -> dict[str, NameFeatures]:
+        """The cache `features` fills: label -> features; read it (the C DNS scanner does), never write it."""
+        return self._cache
+
 
 def ramp(value: float, low: float, high: float) -> float:
     """0 at or below `low`, 1 at or above `high`, linear between."""
