@@ -74,20 +74,23 @@ class DgaSignals:
                 self._agents.clear()
             state = self._agents[agent_id] = _AgentFailures(window_start=flow.first_ns)
         failed_any = False
+        last_ns = flow.last_ns
         now_ns = flow.first_ns
-        last_registered = ""
-        split = self._domains.split
+        last_name = last_registered = ""
+        memo, split = self._domains.memo, self._domains.split
+        answers = failures = 0  # written back after the loop: one attribute store per flow, not per message
+        ttls = state.ttls
         for message in flow.dns:
             name = message.qname
             if not name:
                 continue
-            ts = message.timestamp_ns or flow.last_ns
+            ts = message.timestamp_ns or last_ns
             if ts > now_ns:
                 now_ns = ts
             if message.is_response:
-                state.answers += 1
+                answers += 1
                 if message.rcode in _FAILED_RCODES:
-                    state.failures += 1
+                    failures += 1
                     if "." not in name or name.endswith(_LOCAL_SUFFIXES):
                         continue
                     registered, label = split(name)
@@ -98,14 +101,20 @@ class DgaSignals:
                         del failed[next(iter(failed))]
                     failed_any = True
                 elif message.answers:
-                    state.ttls.append(message.answers[0].ttl)
+                    ttls.append(message.answers[0].ttl)
                 continue
+            if name == last_name:  # the same name again: the same registered domain, already counted
+                continue
+            last_name = name
             if "." not in name or name.endswith(_LOCAL_SUFFIXES):
                 continue
-            registered = split(name)[0]
+            hit = memo.get(name)
+            registered = hit[0] if hit is not None else split(name)[0]
             if registered != last_registered:  # a flow's many names under one domain count once
                 last_registered = registered
                 self._count_asker(registered, agent_id, ts, c.common_domain_agents, c.prevalence_window_s)
+        state.answers += answers
+        state.failures += failures
         if now_ns - state.window_start >= int(c.burst_window_s * _NS):
             self._close_window(state, now_ns, c.common_domain_agents)
         if not failed_any:
