@@ -22,6 +22,8 @@
  *     the agent's scored domains. judged: [(registered, window)] of the touched windows (first-touch order)
  *     that have enough queries for the tunneling judge, or None; dga_due/flood_due: whether the DGA and
  *     flood judges can fire (the same tests, the same arithmetic as their first lines in Python).
+ * dga_scan(flow, failed, askers, split_memo, split, cap, prevalence_window_ns, max_per_agent, max_domains)
+ *     DgaSignals.analyze's loop over a flow's messages (appliance/detection/dpi/dga_signals.py), the same way.
  */
 #include <structmember.h>
 
@@ -32,7 +34,7 @@
 /* Interned strings, set once by dnsw_init (module exec). */
 static PyObject *dnsw_attr_dns, *dnsw_attr_agent_id, *dnsw_attr_flow_id, *dnsw_attr_first_ns, *dnsw_attr_last_ns, *dnsw_attr_packets_out,
     *dnsw_attr_timestamp_ns, *dnsw_attr_is_response, *dnsw_attr_rcode, *dnsw_attr_qname, *dnsw_attr_qtype,
-    *dnsw_attr_score, *dnsw_xn;
+    *dnsw_attr_score, *dnsw_attr_answers, *dnsw_attr_ttl, *dnsw_xn;
 static PyObject *dnsw_local_suffixes[6];
 static const char *const dnsw_local_suffix_texts[6] = {"arpa", "local", "lan", "internal", "localdomain", "home"};
 
@@ -701,14 +703,14 @@ static int dnsw_skipped_name(PyObject *name)
 }
 
 /* (registered, label) of a name: the memo, or a call. A new reference to a checked 2-tuple of str. */
-static PyObject *dnsw_split(DnsScannerObject *s, PyObject *name)
+static PyObject *dnsw_split(PyObject *memo, PyObject *split, PyObject *name)
 {
-    PyObject *pair = PyDict_GetItemWithError(s->split_memo, name);
+    PyObject *pair = PyDict_GetItemWithError(memo, name);
     if (pair != NULL)
         Py_INCREF(pair);
     else if (PyErr_Occurred())
         return NULL;
-    else if ((pair = PyObject_CallOneArg(s->split, name)) == NULL)
+    else if ((pair = PyObject_CallOneArg(split, name)) == NULL)
         return NULL;
     if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))
         || !PyUnicode_Check(PyTuple_GET_ITEM(pair, 1))) {
@@ -740,7 +742,7 @@ static int dnsw_score(DnsScannerObject *s, PyObject *label, double *score)
 static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agent_id, PyObject *flow_id,
                       const dnsw_message *m, PyObject *touched, long long tunnel_window_ns, double threshold)
 {
-    PyObject *pair = dnsw_split(s, m->name);
+    PyObject *pair = dnsw_split(s->split_memo, s->split, m->name);
     if (pair == NULL)
         return -1;
     PyObject *registered = PyTuple_GET_ITEM(pair, 0), *label = PyTuple_GET_ITEM(pair, 1);
@@ -1094,6 +1096,262 @@ static PyTypeObject DnsScannerType = {
     .tp_methods = DnsScanner_methods,
 };
 
+
+/* -- DgaSignals ------------------------------------------------------------------------------------ */
+/* One message as DgaSignals reads it, checked before any state changes. */
+typedef struct {
+    long long ts;
+    int is_response, nx;
+    PyObject *name;  /* a new reference; NULL for an empty name (skipped) */
+    PyObject *ttl;   /* the first answer's TTL of a resolved response (a new reference), or NULL */
+} dgas_message;
+
+static void dgas_messages_free(dgas_message *messages, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(messages[i].name);
+        Py_XDECREF(messages[i].ttl);
+    }
+    PyMem_Free(messages);
+}
+
+static dgas_message *dgas_read_messages(PyObject *seq, long long last_ns)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    dgas_message *out = PyMem_Calloc((size_t)(n ? n : 1), sizeof(dgas_message));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *message = PySequence_Fast_GET_ITEM(seq, i);
+        dgas_message *m = &out[i];
+        m->name = PyObject_GetAttr(message, dnsw_attr_qname);
+        if (m->name == NULL)
+            goto fail;
+        if (!PyUnicode_Check(m->name)) {
+            PyErr_SetString(PyExc_TypeError, "DNS message qname must be a str");
+            goto fail;
+        }
+        if (PyUnicode_GET_LENGTH(m->name) == 0) {
+            Py_CLEAR(m->name);
+            continue;
+        }
+        if (dnsw_timestamp(PyObject_GetAttr(message, dnsw_attr_timestamp_ns), "DNS message timestamp_ns", &m->ts) < 0)
+            goto fail;
+        if (m->ts == 0)
+            m->ts = last_ns;
+        PyObject *flag = PyObject_GetAttr(message, dnsw_attr_is_response);
+        m->is_response = flag ? PyObject_IsTrue(flag) : -1;
+        Py_XDECREF(flag);
+        if (m->is_response < 0)
+            goto fail;
+        if (!m->is_response)
+            continue;
+        if ((m->nx = dnsw_int_in(message, dnsw_attr_rcode, dnsw_nxdomain, 1)) < 0)
+            goto fail;
+        if (m->nx)
+            continue;
+        PyObject *answers = PyObject_GetAttr(message, dnsw_attr_answers);
+        int any = answers ? PyObject_IsTrue(answers) : -1;
+        if (any > 0) {
+            PyObject *first = PySequence_GetItem(answers, 0);
+            m->ttl = first ? PyObject_GetAttr(first, dnsw_attr_ttl) : NULL;
+            Py_XDECREF(first);
+            any = m->ttl ? 0 : -1;
+        }
+        Py_XDECREF(answers);
+        if (any < 0)
+            goto fail;
+    }
+    return out;
+fail:
+    dgas_messages_free(out, n);
+    return NULL;
+}
+
+/* DgaSignals._count_asker: one more agent asking for a registered domain, within the prevalence window. */
+static int dgas_count_asker(PyObject *askers, PyObject *registered, PyObject *agent_id, long long ts, Py_ssize_t cap,
+                            double window_ns, Py_ssize_t max_domains)
+{
+    PyObject *entry = PyDict_GetItemWithError(askers, registered);
+    if (entry == NULL && PyErr_Occurred())
+        return -1;
+    long long seen = 0;
+    if (entry != NULL) {
+        if (!PyList_Check(entry) || PyList_GET_SIZE(entry) != 2 || !PySet_Check(PyList_GET_ITEM(entry, 1))) {
+            PyErr_SetString(PyExc_TypeError, "askers values must be [ts, set of agents]");
+            return -1;
+        }
+        seen = PyLong_AsLongLong(PyList_GET_ITEM(entry, 0));
+        if (seen == -1 && PyErr_Occurred())
+            return -1;
+    }
+    if (entry == NULL || (double)(ts - seen) > window_ns) {
+        if (PyDict_GET_SIZE(askers) >= max_domains)
+            PyDict_Clear(askers);
+        PyObject *agents = PySet_New(NULL), *fresh = NULL;
+        if (agents != NULL && PySet_Add(agents, agent_id) == 0)
+            fresh = Py_BuildValue("[LO]", ts, agents);
+        Py_XDECREF(agents);
+        int status = fresh ? PyDict_SetItem(askers, registered, fresh) : -1;
+        Py_XDECREF(fresh);
+        return status;
+    }
+    if (ts > seen) {
+        PyObject *value = PyLong_FromLongLong(ts);
+        if (value == NULL || PyList_SetItem(entry, 0, value) < 0)  /* steals value */
+            return -1;
+    }
+    PyObject *agents = PyList_GET_ITEM(entry, 1);
+    return PySet_GET_SIZE(agents) < cap ? PySet_Add(agents, agent_id) : 0;
+}
+
+/* DgaSignals: the failed (NXDOMAIN) registered domain moves to the end of the agent's failures. */
+static int dgas_fail(PyObject *failed, PyObject *pair, long long ts, Py_ssize_t max_per_agent)
+{
+    PyObject *registered = PyTuple_GET_ITEM(pair, 0);
+    if (PyDict_GetItemWithError(failed, registered) != NULL) {
+        if (PyDict_DelItem(failed, registered) < 0)
+            return -1;
+    }
+    else if (PyErr_Occurred())
+        return -1;
+    PyObject *value = Py_BuildValue("(LO)", ts, PyTuple_GET_ITEM(pair, 1));
+    if (value == NULL || PyDict_SetItem(failed, registered, value) < 0) {
+        Py_XDECREF(value);
+        return -1;
+    }
+    Py_DECREF(value);
+    if (PyDict_GET_SIZE(failed) > max_per_agent) {
+        Py_ssize_t pos = 0;
+        PyObject *oldest, *ignored;
+        if (PyDict_Next(failed, &pos, &oldest, &ignored)) {
+            Py_INCREF(oldest);
+            int status = PyDict_DelItem(failed, oldest);
+            Py_DECREF(oldest);
+            return status;
+        }
+    }
+    return 0;
+}
+
+/*
+ * dga_scan(flow, failed, askers, split_memo, split, cap, prevalence_window_ns, max_per_agent, max_domains)
+ *     -> (now_ns, answers, failures, failed_any, [ttl] or None)
+ * DgaSignals.analyze's loop over a flow's messages (dga_signals_reference.py is its Python twin): the
+ * agent's failed registered domains and the domains' askers are updated in place; the answer counts and
+ * the resolved answers' TTLs are returned for the caller to add.
+ */
+static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9 || !PyDict_Check(args[1]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "dga_scan(flow, failed: dict, askers: dict, split_memo: dict, split, cap, "
+                                         "prevalence_window_ns, max_per_agent, max_domains)");
+        return NULL;
+    }
+    PyObject *flow = args[0], *failed = args[1], *askers = args[2];
+    PyObject *split_memo = args[3], *split = args[4];
+    Py_ssize_t cap = PyLong_AsSsize_t(args[5]), max_per_agent = PyLong_AsSsize_t(args[7]), max_domains = PyLong_AsSsize_t(args[8]);
+    double window_ns = PyFloat_AsDouble(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (max_per_agent < 1 || max_domains < 1) {
+        PyErr_SetString(PyExc_ValueError, "dga_scan(): bounds must be positive");
+        return NULL;
+    }
+    long long first_ns, last_ns;
+    if (dnsw_timestamp(PyObject_GetAttr(flow, dnsw_attr_first_ns), "flow first_ns", &first_ns) < 0
+        || dnsw_timestamp(PyObject_GetAttr(flow, dnsw_attr_last_ns), "flow last_ns", &last_ns) < 0)
+        return NULL;
+    PyObject *dns = PyObject_GetAttr(flow, dnsw_attr_dns), *seq = NULL, *agent_id = NULL, *ttls = NULL, *out = NULL;
+    PyObject *last_name = NULL, *last_registered = NULL;
+    dgas_message *messages = NULL;
+    Py_ssize_t n = 0;
+    if (dns == NULL)
+        return NULL;
+    seq = PySequence_Fast(dns, "flow.dns must be a sequence");
+    Py_DECREF(dns);
+    if (seq == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if ((messages = dgas_read_messages(seq, last_ns)) == NULL || (agent_id = PyObject_GetAttr(flow, dnsw_attr_agent_id)) == NULL)
+        goto done;
+    /* Checked: from here on the state changes. */
+    long long now_ns = first_ns, answers = 0, failures = 0;
+    int failed_any = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const dgas_message *m = &messages[i];
+        if (m->name == NULL)
+            continue;
+        if (m->ts > now_ns)
+            now_ns = m->ts;
+        if (m->is_response) {
+            answers++;
+            if (!m->nx) {
+                if (m->ttl != NULL && ((ttls == NULL && (ttls = PyList_New(0)) == NULL) || PyList_Append(ttls, m->ttl) < 0))
+                    goto done;
+                continue;
+            }
+            failures++;
+            int skipped = dnsw_skipped_name(m->name);
+            if (skipped < 0)
+                goto done;
+            if (skipped)
+                continue;
+            PyObject *pair = dnsw_split(split_memo, split, m->name);
+            int status = pair ? dgas_fail(failed, pair, m->ts, max_per_agent) : -1;
+            Py_XDECREF(pair);
+            if (status < 0)
+                goto done;
+            failed_any = 1;
+            continue;
+        }
+        if (last_name != NULL) {
+            int same = PyUnicode_Compare(m->name, last_name);
+            if (same == -1 && PyErr_Occurred())
+                goto done;
+            if (same == 0)  /* the same name again: the same registered domain, already counted */
+                continue;
+        }
+        Py_INCREF(m->name);
+        Py_XSETREF(last_name, m->name);
+        int skipped = dnsw_skipped_name(m->name);
+        if (skipped < 0)
+            goto done;
+        if (skipped)
+            continue;
+        PyObject *pair = dnsw_split(split_memo, split, m->name);
+        if (pair == NULL)
+            goto done;
+        PyObject *registered = PyTuple_GET_ITEM(pair, 0);
+        int same = last_registered ? PyUnicode_Compare(registered, last_registered) : 1;
+        if (same == -1 && PyErr_Occurred()) {
+            Py_DECREF(pair);
+            goto done;
+        }
+        if (same != 0) {  /* a flow's many names under one domain count once */
+            Py_INCREF(registered);
+            Py_XSETREF(last_registered, registered);
+            if (dgas_count_asker(askers, registered, agent_id, m->ts, cap, window_ns, max_domains) < 0) {
+                Py_DECREF(pair);
+                goto done;
+            }
+        }
+        Py_DECREF(pair);
+    }
+    out = Py_BuildValue("(LLLOO)", now_ns, answers, failures, failed_any ? Py_True : Py_False, ttls ? ttls : Py_None);
+done:
+    if (messages != NULL)
+        dgas_messages_free(messages, n);
+    Py_XDECREF(seq);
+    Py_XDECREF(agent_id);
+    Py_XDECREF(ttls);
+    Py_XDECREF(last_name);
+    Py_XDECREF(last_registered);
+    return out;
+}
+
 static PyObject *dnsw_intern(PyObject **slot, const char *text)
 {
     if (*slot == NULL)
@@ -1109,7 +1367,8 @@ static int dnsw_init(PyObject *module)
         || !dnsw_intern(&dnsw_attr_last_ns, "last_ns") || !dnsw_intern(&dnsw_attr_packets_out, "packets_out") || !dnsw_intern(&dnsw_attr_timestamp_ns, "timestamp_ns")
         || !dnsw_intern(&dnsw_attr_is_response, "is_response") || !dnsw_intern(&dnsw_attr_rcode, "rcode")
         || !dnsw_intern(&dnsw_attr_qname, "qname") || !dnsw_intern(&dnsw_attr_qtype, "qtype")
-        || !dnsw_intern(&dnsw_attr_score, "score") || !dnsw_intern(&dnsw_xn, "xn--"))
+        || !dnsw_intern(&dnsw_attr_score, "score") || !dnsw_intern(&dnsw_attr_answers, "answers")
+        || !dnsw_intern(&dnsw_attr_ttl, "ttl") || !dnsw_intern(&dnsw_xn, "xn--"))
         return -1;
     for (int i = 0; i < 6; i++) {
         if (!dnsw_intern(&dnsw_local_suffixes[i], dnsw_local_suffix_texts[i]))

@@ -17,8 +17,9 @@
  * server_hello_texts(hello) -> (ja4s head, ja4s extensions)
  *     The same strings from a ClientHello/ServerHello object (its integers must be 16-bit, its ALPN bytes).
  *
- * DomainWindow, AgentDns, DnsScanner
- *     The DNS detectors' per-message accounting (dns_windows.h, the twin of dpi/dns_reference.py).
+ * DomainWindow, AgentDns, DnsScanner, dga_scan
+ *     The DNS detectors' per-message accounting (dns_windows.h, the twin of dpi/dns_reference.py and
+ *     dpi/dga_signals_reference.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -417,6 +418,9 @@ static PyMethodDef dpi_functions[] = {
      "client_hello_texts(hello) -> (ja4 head, ja4 ciphers, ja4 extensions, ja3 string) of a ClientHello."},
     {"server_hello_texts", server_hello_texts, METH_O,
      "server_hello_texts(hello) -> (ja4s head, ja4s extensions) of a ServerHello."},
+    {"dga_scan", (PyCFunction)(void (*)(void))dga_scan, METH_FASTCALL,
+     "dga_scan(flow, failed, askers, split_memo, split, cap, prevalence_window_ns, max_per_agent, max_domains) "
+     "-> (now_ns, answers, failures, failed_any, [ttl] or None): DgaSignals' loop over a flow's messages."},
     {"shannon_entropy", shannon_entropy, METH_O,
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},
     {NULL, NULL, 0, NULL},

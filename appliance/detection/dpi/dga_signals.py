@@ -20,6 +20,7 @@ Evidence names the domains, their kinds, their segmentation, and the resolved an
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -29,11 +30,12 @@ from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import ramp
 from appliance.detection.dpi.dga_words import LabelShape, WordModel
 from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
+from appliance.native.dpi import dga_scan
+
+_log = logging.getLogger(__name__)
 
 _NS = 1_000_000_000
-# NXDOMAIN only: a resolver outage answers SERVFAIL for every name of every host, which is no DGA.
-_FAILED_RCODES = frozenset({3})
-_LOCAL_SUFFIXES = ("arpa", "local", "lan", "internal", "localdomain", "home")
+# NXDOMAIN only (dns_windows.h, dga_scan): a resolver outage answers SERVFAIL for every name of every host, which is no DGA.
 _MAX_AGENTS = 100_000
 _MAX_DOMAINS = 200_000
 _MAX_PER_AGENT = 256  # far above any threshold; bounds the work of one judgement
@@ -54,72 +56,63 @@ class _AgentFailures:
 
 
 class DgaSignals:
-    """The NXDOMAIN-burst and lexical DGA detectors, fed the DNS messages of finished flows."""
+    """The NXDOMAIN-burst and lexical DGA detectors, fed the DNS messages of finished flows.
 
-    def __init__(self, domains: RegisteredDomains, words: WordModel) -> None:
+    The loop over a flow's messages is one C call (`dga_scan`, appliance/native/dns_windows.h); its Python
+    twin is `dga_signals_reference.DgaSignalsReference`, which the tests hold it to.
+    """
+
+    def __init__(self, domains: RegisteredDomains, words: WordModel, max_agents: int = _MAX_AGENTS,
+                 max_domains: int = _MAX_DOMAINS, max_per_agent: int = _MAX_PER_AGENT) -> None:
         self._domains = domains
+        self._max_agents = max_agents
+        self._max_domains = max_domains  # registered domains whose askers are counted
+        self._max_per_agent = max_per_agent  # failed registered domains kept per agent
         self._words = words
         self._agents: dict[str, _AgentFailures] = {}
         self._askers: dict[str, list] = {}  # registered -> [last ts, agents asking (capped)]
         self._population_share = 0.0  # running mean of the agents' NXDOMAIN share per closed window
         self._population_windows = 0
         self._throttle = Throttle()
+        self.out_of_range_flows = 0  # flows with a timestamp outside [0, 2**62): skipped, never seen by ingestion
 
     def analyze(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
         c = config.dga
         agent_id = flow.agent_id
         state = self._agents.get(agent_id)
         if state is None:
-            if len(self._agents) >= _MAX_AGENTS:
+            if len(self._agents) >= self._max_agents:
                 self._agents.clear()
             state = self._agents[agent_id] = _AgentFailures(window_start=flow.first_ns)
-        failed_any = False
-        last_ns = flow.last_ns
-        now_ns = flow.first_ns
-        last_name = last_registered = ""
-        memo, split = self._domains.memo, self._domains.split
-        answers = failures = 0  # written back after the loop: one attribute store per flow, not per message
-        ttls = state.ttls
-        for message in flow.dns:
-            name = message.qname
-            if not name:
-                continue
-            ts = message.timestamp_ns or last_ns
-            if ts > now_ns:
-                now_ns = ts
-            if message.is_response:
-                answers += 1
-                if message.rcode in _FAILED_RCODES:
-                    failures += 1
-                    if "." not in name or name.endswith(_LOCAL_SUFFIXES):
-                        continue
-                    registered, label = split(name)
-                    failed = state.failed
-                    failed.pop(registered, None)  # re-insert: insertion order stays time order
-                    failed[registered] = (ts, label)
-                    if len(failed) > _MAX_PER_AGENT:
-                        del failed[next(iter(failed))]
-                    failed_any = True
-                elif message.answers:
-                    ttls.append(message.answers[0].ttl)
-                continue
-            if name == last_name:  # the same name again: the same registered domain, already counted
-                continue
-            last_name = name
-            if "." not in name or name.endswith(_LOCAL_SUFFIXES):
-                continue
-            hit = memo.get(name)
-            registered = hit[0] if hit is not None else split(name)[0]
-            if registered != last_registered:  # a flow's many names under one domain count once
-                last_registered = registered
-                self._count_asker(registered, agent_id, ts, c.common_domain_agents, c.prevalence_window_s)
-        state.answers += answers
-        state.failures += failures
+        scanned = self._scan(state, flow, config)
+        if scanned is None:
+            return []
+        now_ns, failed_any = scanned
         if now_ns - state.window_start >= int(c.burst_window_s * _NS):
             self._close_window(state, now_ns, c.common_domain_agents)
         if not failed_any:
             return []
         return self._judge(flow, state, now_ns, config)
+
+    def _scan(self, state: _AgentFailures, flow: FlowRecord, config: AnalysisConfig) -> tuple[int, bool] | None:
+        """The flow's messages into the agent's failures and the domains' askers: (newest timestamp, any failure)."""
+        c = config.dga
+        try:
+            now_ns, answers, failures, failed_any, ttls = dga_scan(
+                flow, state.failed, self._askers, self._domains.memo, self._domains.split, c.common_domain_agents,
+                c.prevalence_window_s * _NS, self._max_per_agent, self._max_domains)
+        except ValueError:
+            # Ingestion replaces timestamps from the future: a record from elsewhere, counted and skipped
+            # (checked before any state changed).
+            self.out_of_range_flows += 1
+            if self.out_of_range_flows == 1:
+                _log.warning("dga_flow_skipped reason=timestamp_out_of_range flow_id=%s", flow.flow_id)
+            return None
+        state.answers += answers
+        state.failures += failures
+        if ttls:
+            state.ttls.extend(ttls)
+        return now_ns, failed_any
 
     def _close_window(self, state: _AgentFailures, now_ns: int, cap: int) -> None:
         """One value per closed window for the agent's baseline, and its NXDOMAIN share for the population."""
@@ -131,19 +124,6 @@ class DgaSignals:
             self._population_windows += 1
             self._population_share += (state.last_share - self._population_share) / min(self._population_windows, 1000)
         state.window_start, state.answers, state.failures = now_ns, 0, 0
-
-    def _count_asker(self, registered: str, agent_id: str, ts: int, cap: int, window_s: float) -> None:
-        entry = self._askers.get(registered)
-        if entry is None or ts - entry[0] > window_s * _NS:
-            if len(self._askers) >= _MAX_DOMAINS:
-                self._askers.clear()
-            self._askers[registered] = [ts, {agent_id}]
-            return
-        if ts > entry[0]:
-            entry[0] = ts
-        agents = entry[1]
-        if len(agents) < cap:
-            agents.add(agent_id)
 
     def _is_common(self, registered: str, cap: int) -> bool:
         entry = self._askers.get(registered)

@@ -17,6 +17,9 @@ from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import NameScorer
 from appliance.detection.dpi.dns import DnsAnalyzer
+from appliance.detection.dpi.dga_signals import DgaSignals
+from appliance.detection.dpi.dga_signals_reference import DgaSignalsReference
+from appliance.detection.dpi.dga_words import WordModel
 from appliance.detection.dpi.dns_reference import DnsAnalyzerReference
 from appliance.model import Detection, DnsAnswer, DnsMessage, FlowRecord, Transport
 
@@ -27,15 +30,27 @@ _SUFFIXES = ["com", "net", "co.uk", "github.io", "ck", "www.ck", "kobe.jp", "cit
 _WORDS = ["mail", "www", "api", "cdn", "login", "tunnel-example", "paypal", "xn--80ak6aa92e", "bücher", "ünï"]
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789-"
 
-_SCORER: NameScorer | None = None
+_MODELS: dict[str, Any] = {}
 
 
 def scorer() -> NameScorer:
     """The shipped name model, loaded once per test process (read-only after load)."""
-    global _SCORER
-    if _SCORER is None:
-        _SCORER = NameScorer.load()
-    return _SCORER
+    if "scorer" not in _MODELS:
+        _MODELS["scorer"] = NameScorer.load()
+    return _MODELS["scorer"]  # type: ignore[no-any-return]
+
+
+def words() -> WordModel:
+    if "words" not in _MODELS:
+        _MODELS["words"] = WordModel.load(scorer())
+    return _MODELS["words"]  # type: ignore[no-any-return]
+
+
+def dga_analyzers(max_agents: int = 100_000, max_domains: int = 200_000,
+                  max_per_agent: int = 256) -> tuple[DgaSignals, DgaSignalsReference]:
+    """The C-backed DGA signals and their Python reference, with the same bounds and their own memos."""
+    return (DgaSignals(RegisteredDomains(), words(), max_agents, max_domains, max_per_agent),
+            DgaSignalsReference(RegisteredDomains(), words(), max_agents, max_domains, max_per_agent))
 
 
 def analyzers(max_keys: int = 100_000, max_events: int = 4096) -> tuple[DnsAnalyzer, DnsAnalyzerReference]:
@@ -118,6 +133,10 @@ def eager_config(rng: random.Random) -> AnalysisConfig:
                           "min_unique_subdomains": rng.randint(1, 4), "min_mean_subdomain_length": rng.choice([1.0, 10.0, 24.0]),
                           "min_label_entropy": rng.choice([0.0, 2.0, 3.2]), "min_name_bytes": rng.choice([1, 100, 600])},
         "dga": {"window_s": rng.choice([60.0, 600.0]), "name_threshold": rng.choice([0.1, 0.3, 0.5]),
+                "burst_window_s": rng.choice([30.0, 300.0]), "burst_min_domains": rng.randint(1, 4),
+                "burst_baseline_factor": rng.choice([1.0, 3.0]), "common_domain_agents": rng.randint(2, 4),
+                "prevalence_window_s": rng.choice([60.0, 3600.0]), "lexical_min_domains": rng.randint(1, 3),
+                "lexical_min_share": rng.choice([0.0, 0.6]),
                 "min_suspicious_domains": rng.randint(1, 4), "min_suspicious_share": rng.choice([0.0, 0.3]),
                 "nxdomain_min_responses": rng.randint(1, 5), "nxdomain_ratio": rng.choice([0.1, 0.5])},
         "dns_flood": {"bucket_s": rng.choice([1.0, 10.0]), "absolute_qps": rng.choice([5.0, 50.0]),
@@ -154,4 +173,28 @@ def assert_same(flows: list[FlowRecord], configs: dict[int, AnalysisConfig] | No
         if (state_every and i % state_every == 0) or i == len(flows) - 1:
             assert window_state(fast) == window_state(reference), f"windows differ after flow {i}"
             assert agent_state(fast) == agent_state(reference), f"agents differ after flow {i}"
+    return found
+
+
+def dga_state(signals: DgaSignals) -> tuple[Any, ...]:
+    """What the DGA judges read: every agent's failures, counts, TTLs and baseline, the askers, the population."""
+    agents = {agent_id: (list(a.failed.items()), a.window_start, a.baseline, a.windows, a.answers, a.failures,
+                         a.last_share, list(a.ttls)) for agent_id, a in signals._agents.items()}
+    askers = [(d, e[0], sorted(e[1])) for d, e in signals._askers.items()]
+    return agents, askers, signals._population_share, signals._population_windows
+
+
+def assert_same_dga(flows: list[FlowRecord], configs: dict[int, AnalysisConfig] | None = None,
+                    bounds: tuple[int, int, int] = (100_000, 200_000, 256), state_every: int = 0) -> int:
+    """As `assert_same`, for the DGA signals."""
+    fast, reference = dga_analyzers(*bounds)
+    config = AnalysisConfig()
+    found = 0
+    for i, flow in enumerate(flows):
+        config = (configs or {}).get(i, config)
+        got, want = as_dicts(fast.analyze(flow, config)), as_dicts(reference.analyze(flow, config))
+        assert got == want, f"flow {i} ({flow.flow_id}) differs"
+        found += len(got)
+        if (state_every and i % state_every == 0) or i == len(flows) - 1:
+            assert dga_state(fast) == dga_state(reference), f"DGA state differs after flow {i}"
     return found

@@ -1,8 +1,9 @@
 """The DNS detectors with their accounting in C give exactly what their Python reference gives.
 
-`dns.DnsAnalyzer` runs the per-message loop in appliance/native/dns_windows.h; `dns_reference.DnsAnalyzerReference`
-is the same analyzer with that loop in Python. Both see the same flows; every detection (detector,
-confidence, evidence, flow ids, times) and the state the judges read must be equal.
+`dns.DnsAnalyzer` and `dga_signals.DgaSignals` run their per-message loops in appliance/native/dns_windows.h;
+`dns_reference.DnsAnalyzerReference` and `dga_signals_reference.DgaSignalsReference` are the same detectors
+with those loops in Python. Both see the same flows; every detection (detector, confidence, evidence, flow
+ids, times) and the state the judges read must be equal.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import pytest
 from appliance.detection.analysis_config import AnalysisConfig
 from appliance.model import DnsMessage
 from bench.pipeline_bench import corpus, finished_flows
-from tests.appliance.detection.dns_flows import (T0_NS, agent_state, analyzers, as_dicts, assert_same, eager_config,
-                                                 random_flows, window_state)
+from tests.appliance.detection.dns_flows import (T0_NS, agent_state, analyzers, as_dicts, assert_same, assert_same_dga,
+                                                 dga_analyzers, dga_state, eager_config, random_flows, window_state)
 
 
 @pytest.fixture(scope="module")
@@ -79,3 +80,32 @@ def test_a_flow_with_a_timestamp_out_of_range_is_counted_and_changes_nothing() -
     assert fast.out_of_range_flows == 3
     assert window_state(fast) == windows and agent_state(fast) == agents
     assert fast.analyze(flows[0], AnalysisConfig()) is not None  # and it keeps serving
+
+
+def test_dga_signals_on_the_bench_corpus_give_the_same_detections(corpus_dns_flows: list) -> None:
+    assert assert_same_dga(corpus_dns_flows, state_every=500) > 0  # the corpus's DGA host raises nx_burst and dga_lexical
+
+
+def test_dga_signals_on_random_flows_reconfigured_mid_stream() -> None:
+    rng = random.Random(8)
+    configs = {i: eager_config(rng) for i in range(0, 3000, 300)}
+    assert assert_same_dga(random_flows(seed=8, count=3000, agents=6), configs, state_every=100) > 100
+
+
+@pytest.mark.parametrize("bounds", [(2, 3, 1), (4, 1, 3), (50, 20, 2)])
+def test_dga_signals_small_bounds_overflow_alike(bounds: tuple[int, int, int]) -> None:
+    rng = random.Random(bounds[0])
+    configs = {i: eager_config(rng) for i in range(0, 800, 200)}
+    assert_same_dga(random_flows(seed=bounds[1], count=800, agents=7), configs, bounds, state_every=20)
+
+
+def test_a_dga_flow_with_a_timestamp_out_of_range_is_counted_and_changes_nothing() -> None:
+    fast, _ = dga_analyzers()
+    flows = random_flows(seed=9, count=200)
+    for flow in flows:
+        fast.analyze(flow, AnalysisConfig())
+    state = dga_state(fast)
+    bad = flows[-1]
+    bad.dns = [*bad.dns, DnsMessage(1, True, 3, "zzz.example.com", 1, 1, timestamp_ns=2**62)]
+    assert fast.analyze(bad, AnalysisConfig()) == []
+    assert fast.out_of_range_flows == 1 and dga_state(fast) == state

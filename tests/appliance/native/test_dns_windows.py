@@ -14,13 +14,20 @@ import pytest
 from appliance.detection.analysis_config import AnalysisConfig
 from appliance.model import DnsMessage, FlowRecord, Transport
 from appliance.native import dpi
-from tests.appliance.detection.dns_flows import analyzers, assert_same, eager_config, random_flows
+from tests.appliance.detection.dns_flows import (analyzers, assert_same, assert_same_dga, dga_analyzers, eager_config,
+                                                 random_flows)
 
 
 def test_random_flows_match_the_python_reference_under_small_bounds() -> None:
     rng = random.Random(11)
     configs = {i: eager_config(rng) for i in range(0, 600, 150)}
     assert assert_same(random_flows(seed=11, count=600, agents=6), configs, max_keys=4, max_events=3, state_every=10) > 0
+
+
+def test_dga_scan_matches_the_python_reference_under_small_bounds() -> None:
+    rng = random.Random(12)
+    configs = {i: eager_config(rng) for i in range(0, 600, 150)}
+    assert assert_same_dga(random_flows(seed=12, count=600, agents=6), configs, (3, 4, 2), state_every=10) > 0
 
 
 def _scanner() -> dpi.DnsScanner:
@@ -51,6 +58,22 @@ def test_hostile_records_raise_and_change_nothing(fields: dict[str, object]) -> 
     assert scanner.scan(agent, _flow())[0] == 1  # and it keeps serving
 
 
+@pytest.mark.parametrize("fields", [
+    {"dns": 5}, {"dns": [object()]}, {"last_ns": 2**64},
+    {"dns": [DnsMessage(1, False, 0, b"x.com", 1, 1)]},  # type: ignore[arg-type]
+    {"dns": [DnsMessage(1, True, 3, "x.com", 1, 1, timestamp_ns=-5)]},
+    {"dns": [DnsMessage(1, True, 0, "x.com", 1, 1, answers=[object()])]},  # type: ignore[list-item]
+])
+def test_dga_scan_refuses_hostile_records_and_changes_nothing(fields: dict[str, object]) -> None:
+    failed: dict = {}
+    askers: dict = {}
+    with pytest.raises((TypeError, ValueError, AttributeError)):
+        dpi.dga_scan(_flow(**fields), failed, askers, {}, lambda name: (name, name), 3, 1e12, 4, 4)
+    assert failed == {} and askers == {}
+    assert dpi.dga_scan(_flow(), failed, askers, {}, lambda name: (name, name), 3, 1e12, 4, 4)[1] == 0
+    assert list(askers) == ["x.example.com"]
+
+
 def test_a_split_or_score_that_fails_raises_cleanly() -> None:
     def broken(name: str) -> tuple[str, str]:
         raise KeyError(name)
@@ -73,8 +96,10 @@ def test_no_leak_over_many_flows() -> None:
 
     def run() -> None:
         fast, _ = analyzers(max_keys=20, max_events=16)
+        signals, _ = dga_analyzers(10, 20, 5)
         for flow in flows:
             fast.analyze(flow, config)
+            signals.analyze(flow, config)
 
     run()  # warm up memos and free lists
     gc.collect()
