@@ -38,6 +38,55 @@ static PyObject *dnsw_attr_dns, *dnsw_attr_agent_id, *dnsw_attr_flow_id, *dnsw_a
 static PyObject *dnsw_local_suffixes[6];
 static const char *const dnsw_local_suffix_texts[6] = {"arpa", "local", "lan", "internal", "localdomain", "home"};
 
+/* -- attributes of the messages, read where their slots are ------------------------------------------
+ * DnsMessage and DnsAnswer are slotted dataclasses: an attribute is a member descriptor at a fixed offset.
+ * PyObject_GetAttr finds it through the type's method cache every time (a third of the loop); this reads
+ * the slot directly once the (type, name) pair is known to be a plain object member. The types are held,
+ * so a cached pointer is never reused by another type; anything else takes PyObject_GetAttr. */
+#define DNSW_SLOTS 16
+static struct {
+    PyTypeObject *type;
+    PyObject *name;
+    Py_ssize_t offset;  /* -1: not a plain object slot, use PyObject_GetAttr */
+} dnsw_slots[DNSW_SLOTS];
+static int dnsw_slot_count;
+
+static PyObject *dnsw_get(PyObject *obj, PyObject *name)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    Py_ssize_t offset = -1;
+    int i = 0;
+    for (; i < dnsw_slot_count; i++) {
+        if (dnsw_slots[i].type == type && dnsw_slots[i].name == name) {
+            offset = dnsw_slots[i].offset;
+            break;
+        }
+    }
+    if (i == dnsw_slot_count && i < DNSW_SLOTS) {
+        PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
+        if (descr == NULL)
+            PyErr_Clear();
+        else if (Py_IS_TYPE(descr, &PyMemberDescr_Type) && ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX
+                 && ((PyMemberDescrObject *)descr)->d_common.d_type == type)
+            offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+        Py_XDECREF(descr);
+        Py_INCREF(type);
+        Py_INCREF(name);
+        dnsw_slots[i].type = type;
+        dnsw_slots[i].name = name;
+        dnsw_slots[i].offset = offset;
+        dnsw_slot_count++;
+    }
+    if (offset < 0)
+        return PyObject_GetAttr(obj, name);
+    PyObject *value = *(PyObject **)((char *)obj + offset);
+    if (value == NULL) {
+        PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%U'", type->tp_name, name);
+        return NULL;
+    }
+    return Py_NewRef(value);
+}
+
 /* -- a deque(maxlen=20) of flow ids ---------------------------------------------------------------- */
 typedef struct {
     PyObject *ids[DNSW_FLOW_IDS];
@@ -614,7 +663,7 @@ static int dnsw_timestamp(PyObject *value, const char *what, long long *out)
 /* A small int attribute compared with a set of values (rcode == 3, qtype in {16, 10, 5}). */
 static int dnsw_int_in(PyObject *message, PyObject *attribute, const long *values, int n)
 {
-    PyObject *value = PyObject_GetAttr(message, attribute);
+    PyObject *value = dnsw_get(message, attribute);
     if (value == NULL)
         return -1;
     if (!PyLong_Check(value)) {
@@ -655,11 +704,11 @@ static dnsw_message *dnsw_read_messages(PyObject *seq, long long last_ns, Py_ssi
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *message = PySequence_Fast_GET_ITEM(seq, i);
         dnsw_message *m = &out[i];
-        if (dnsw_timestamp(PyObject_GetAttr(message, dnsw_attr_timestamp_ns), "DNS message timestamp_ns", &m->ts) < 0)
+        if (dnsw_timestamp(dnsw_get(message, dnsw_attr_timestamp_ns), "DNS message timestamp_ns", &m->ts) < 0)
             goto fail;
         if (m->ts == 0)
             m->ts = last_ns;
-        PyObject *flag = PyObject_GetAttr(message, dnsw_attr_is_response);
+        PyObject *flag = dnsw_get(message, dnsw_attr_is_response);
         m->is_response = flag ? PyObject_IsTrue(flag) : -1;
         Py_XDECREF(flag);
         if (m->is_response < 0)
@@ -668,7 +717,7 @@ static dnsw_message *dnsw_read_messages(PyObject *seq, long long last_ns, Py_ssi
             m->flag = dnsw_int_in(message, dnsw_attr_rcode, dnsw_nxdomain, 1);
         }
         else {
-            m->name = PyObject_GetAttr(message, dnsw_attr_qname);
+            m->name = dnsw_get(message, dnsw_attr_qname);
             if (m->name == NULL)
                 goto fail;
             if (!PyUnicode_Check(m->name)) {
@@ -726,7 +775,7 @@ static int dnsw_score(DnsScannerObject *s, PyObject *label, double *score)
     PyObject *features = PyDict_GetItemWithError(s->score_memo, label);
     PyObject *value;
     if (features != NULL)
-        value = PyObject_GetAttr(features, dnsw_attr_score);
+        value = dnsw_get(features, dnsw_attr_score);
     else if (PyErr_Occurred())
         return -1;
     else
@@ -991,9 +1040,9 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *const *args, Py_
     long long tunnel_window_ns = s->tunnel_window_ns, dga_window_ns = s->dga_window_ns;
     double threshold = s->name_threshold;
     long long first_ns, last_ns, packets_out;
-    if (dnsw_timestamp(PyObject_GetAttr(flow, dnsw_attr_first_ns), "flow first_ns", &first_ns) < 0
-        || dnsw_timestamp(PyObject_GetAttr(flow, dnsw_attr_last_ns), "flow last_ns", &last_ns) < 0
-        || dnsw_timestamp(PyObject_GetAttr(flow, dnsw_attr_packets_out), "flow packets_out", &packets_out) < 0)
+    if (dnsw_timestamp(dnsw_get(flow, dnsw_attr_first_ns), "flow first_ns", &first_ns) < 0
+        || dnsw_timestamp(dnsw_get(flow, dnsw_attr_last_ns), "flow last_ns", &last_ns) < 0
+        || dnsw_timestamp(dnsw_get(flow, dnsw_attr_packets_out), "flow packets_out", &packets_out) < 0)
         return NULL;
     if (packets_out && last_ns / s->bucket_ns < first_ns / s->bucket_ns) {
         PyErr_SetString(PyExc_ValueError, "flow last_ns before first_ns");
@@ -1002,15 +1051,15 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *const *args, Py_
     PyObject *agent_id = NULL, *flow_id = NULL, *touched = NULL, *judged = NULL, *out = NULL, *seq = NULL;
     dnsw_message *messages = NULL;
     Py_ssize_t n = 0;
-    PyObject *dns = PyObject_GetAttr(flow, dnsw_attr_dns);
+    PyObject *dns = dnsw_get(flow, dnsw_attr_dns);
     if (dns == NULL)
         return NULL;
     seq = PySequence_Fast(dns, "flow.dns must be a sequence");
     Py_DECREF(dns);
     if (seq == NULL || (messages = dnsw_read_messages(seq, last_ns, &n)) == NULL)
         goto done;
-    if ((agent_id = PyObject_GetAttr(flow, dnsw_attr_agent_id)) == NULL
-        || (flow_id = PyObject_GetAttr(flow, dnsw_attr_flow_id)) == NULL || (touched = PyDict_New()) == NULL)
+    if ((agent_id = dnsw_get(flow, dnsw_attr_agent_id)) == NULL
+        || (flow_id = dnsw_get(flow, dnsw_attr_flow_id)) == NULL || (touched = PyDict_New()) == NULL)
         goto done;
     /* Checked: from here on the state changes. */
     dnsw_ids_append(&agent->flow_ids, flow_id);
@@ -1126,7 +1175,7 @@ static dgas_message *dgas_read_messages(PyObject *seq, long long last_ns)
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *message = PySequence_Fast_GET_ITEM(seq, i);
         dgas_message *m = &out[i];
-        m->name = PyObject_GetAttr(message, dnsw_attr_qname);
+        m->name = dnsw_get(message, dnsw_attr_qname);
         if (m->name == NULL)
             goto fail;
         if (!PyUnicode_Check(m->name)) {
@@ -1137,11 +1186,11 @@ static dgas_message *dgas_read_messages(PyObject *seq, long long last_ns)
             Py_CLEAR(m->name);
             continue;
         }
-        if (dnsw_timestamp(PyObject_GetAttr(message, dnsw_attr_timestamp_ns), "DNS message timestamp_ns", &m->ts) < 0)
+        if (dnsw_timestamp(dnsw_get(message, dnsw_attr_timestamp_ns), "DNS message timestamp_ns", &m->ts) < 0)
             goto fail;
         if (m->ts == 0)
             m->ts = last_ns;
-        PyObject *flag = PyObject_GetAttr(message, dnsw_attr_is_response);
+        PyObject *flag = dnsw_get(message, dnsw_attr_is_response);
         m->is_response = flag ? PyObject_IsTrue(flag) : -1;
         Py_XDECREF(flag);
         if (m->is_response < 0)
@@ -1152,11 +1201,11 @@ static dgas_message *dgas_read_messages(PyObject *seq, long long last_ns)
             goto fail;
         if (m->nx)
             continue;
-        PyObject *answers = PyObject_GetAttr(message, dnsw_attr_answers);
+        PyObject *answers = dnsw_get(message, dnsw_attr_answers);
         int any = answers ? PyObject_IsTrue(answers) : -1;
         if (any > 0) {
             PyObject *first = PySequence_GetItem(answers, 0);
-            m->ttl = first ? PyObject_GetAttr(first, dnsw_attr_ttl) : NULL;
+            m->ttl = first ? dnsw_get(first, dnsw_attr_ttl) : NULL;
             Py_XDECREF(first);
             any = m->ttl ? 0 : -1;
         }
@@ -1261,10 +1310,10 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     long long first_ns, last_ns;
-    if (dnsw_timestamp(PyObject_GetAttr(flow, dnsw_attr_first_ns), "flow first_ns", &first_ns) < 0
-        || dnsw_timestamp(PyObject_GetAttr(flow, dnsw_attr_last_ns), "flow last_ns", &last_ns) < 0)
+    if (dnsw_timestamp(dnsw_get(flow, dnsw_attr_first_ns), "flow first_ns", &first_ns) < 0
+        || dnsw_timestamp(dnsw_get(flow, dnsw_attr_last_ns), "flow last_ns", &last_ns) < 0)
         return NULL;
-    PyObject *dns = PyObject_GetAttr(flow, dnsw_attr_dns), *seq = NULL, *agent_id = NULL, *ttls = NULL, *out = NULL;
+    PyObject *dns = dnsw_get(flow, dnsw_attr_dns), *seq = NULL, *agent_id = NULL, *ttls = NULL, *out = NULL;
     PyObject *last_name = NULL, *last_registered = NULL;
     dgas_message *messages = NULL;
     Py_ssize_t n = 0;
@@ -1275,7 +1324,7 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
     if (seq == NULL)
         return NULL;
     n = PySequence_Fast_GET_SIZE(seq);
-    if ((messages = dgas_read_messages(seq, last_ns)) == NULL || (agent_id = PyObject_GetAttr(flow, dnsw_attr_agent_id)) == NULL)
+    if ((messages = dgas_read_messages(seq, last_ns)) == NULL || (agent_id = dnsw_get(flow, dnsw_attr_agent_id)) == NULL)
         goto done;
     /* Checked: from here on the state changes. */
     long long now_ns = first_ns, answers = 0, failures = 0;
