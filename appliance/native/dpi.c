@@ -20,6 +20,8 @@
  * DomainWindow, AgentDns, DnsScanner, dga_scan
  *     The DNS detectors' per-message accounting (dns_windows.h, the twin of dpi/dns_reference.py and
  *     dpi/dga_signals_reference.py).
+ * SuffixSplitter
+ *     RegisteredDomains.split: registered domains by the public suffix list's rules (suffix_split.h).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -96,6 +98,7 @@ static PyObject *shannon_entropy(PyObject *module, PyObject *text)
 }
 
 #include "dns_windows.h"
+#include "suffix_split.h"
 
 static PyObject *ascii_text(const char *text, size_t len)
 {
@@ -434,6 +437,8 @@ static int dpi_exec(PyObject *module)
         if (state->names[i] == NULL)
             return -1;
     }
+    if (sfx_init(module) < 0)
+        return -1;
     return dnsw_init(module);
 }
 
