@@ -787,9 +787,24 @@ static int dnsw_score(DnsScannerObject *s, PyObject *label, double *score)
     return (*score == -1.0 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* The previous query of the flow: a tunnel's queries come in runs under one registered domain. */
+typedef struct {
+    PyObject *registered;        /* strong reference, NULL before the first query */
+    DomainWindowObject *window;  /* strong reference */
+    int remembered;              /* registered is the newest of agent->domains, with this score */
+    double score;
+} dnsw_previous;
+
+static void dnsw_previous_clear(dnsw_previous *previous)
+{
+    Py_CLEAR(previous->registered);
+    Py_CLEAR(previous->window);
+}
+
 /* One query: its window's accounting, the flow id, the touched windows and the agent's scored domains. */
 static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agent_id, PyObject *flow_id,
-                      const dnsw_message *m, PyObject *touched, long long tunnel_window_ns, double threshold)
+                      const dnsw_message *m, PyObject *touched, long long tunnel_window_ns, double threshold,
+                      dnsw_previous *previous)
 {
     PyObject *pair = dnsw_split(s->split_memo, s->split, m->name);
     if (pair == NULL)
@@ -797,8 +812,31 @@ static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agen
     PyObject *registered = PyTuple_GET_ITEM(pair, 0), *label = PyTuple_GET_ITEM(pair, 1);
     int status = -1;
     DomainWindowObject *window = NULL;
-    PyObject *key = PyTuple_Pack(2, agent_id, registered);
-    if (key == NULL)
+    PyObject *key = NULL;
+    int same = 0;
+    if (previous->registered != NULL) {
+        same = previous->registered == registered ? 1 : PyUnicode_Compare(previous->registered, registered) == 0;
+        if (PyErr_Occurred())
+            goto done;
+    }
+    if (same) {
+        /* The same window as the query before (no window was made, so none was cleared since); the flow id and
+         * the touched entry are already there; the domain is already the agent's newest, with the same score. */
+        if (dnsw_add_query(previous->window, m->name, registered, m->flag, m->ts, tunnel_window_ns, s->max_events) < 0)
+            goto done;
+        if (previous->remembered) {
+            PyObject *value = Py_BuildValue("(Ld)", m->ts, previous->score);
+            if (value == NULL || PyDict_SetItem(agent->domains, registered, value) < 0) {
+                Py_XDECREF(value);
+                goto done;
+            }
+            Py_DECREF(value);
+        }
+        status = 0;
+        goto done;
+    }
+    dnsw_previous_clear(previous);
+    if ((key = PyTuple_Pack(2, agent_id, registered)) == NULL)
         goto done;
     window = (DomainWindowObject *)PyDict_GetItemWithError(s->windows, key);
     if (window != NULL) {
@@ -830,11 +868,15 @@ static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agen
     int punycode = (int)PyUnicode_Tailmatch(label, dnsw_xn, 0, PY_SSIZE_T_MAX, -1);
     if (punycode < 0)
         goto done;
+    double score = 0.0;
     if (!punycode) {
-        double score;
         if (dnsw_score(s, label, &score) < 0 || dnsw_remember_domain(agent, registered, m->ts, score, threshold) < 0)
             goto done;
     }
+    previous->registered = Py_NewRef(registered);
+    previous->window = (DomainWindowObject *)Py_NewRef(window);
+    previous->remembered = !punycode;
+    previous->score = score;
     status = 0;
 done:
     Py_XDECREF(window);
@@ -842,7 +884,6 @@ done:
     Py_DECREF(pair);
     return status;
 }
-
 
 /* A bucket's queries: its value in agent.buckets, 0 when absent. */
 static int dnsw_bucket_get(PyObject *buckets, long long index, long long *count)
@@ -1050,6 +1091,7 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *const *args, Py_
     }
     PyObject *agent_id = NULL, *flow_id = NULL, *touched = NULL, *judged = NULL, *out = NULL, *seq = NULL;
     dnsw_message *messages = NULL;
+    dnsw_previous previous = {NULL, NULL, 0, 0.0};
     Py_ssize_t n = 0;
     PyObject *dns = dnsw_get(flow, dnsw_attr_dns);
     if (dns == NULL)
@@ -1079,7 +1121,7 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *const *args, Py_
         if (skipped)
             continue;
         queries++;
-        if (dnsw_query(s, agent, agent_id, flow_id, m, touched, tunnel_window_ns, threshold) < 0)
+        if (dnsw_query(s, agent, agent_id, flow_id, m, touched, tunnel_window_ns, threshold, &previous) < 0)
             goto done;
     }
     /* The flood counter uses the flow's packet count: a flow keeps only its first DNS messages. */
@@ -1120,6 +1162,7 @@ done:
     Py_XDECREF(flow_id);
     Py_XDECREF(touched);
     Py_XDECREF(judged);
+    dnsw_previous_clear(&previous);
     return out;
 }
 
