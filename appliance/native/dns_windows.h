@@ -15,9 +15,9 @@
  *
  * DomainWindow(first_ns=0)   queries under one registered domain by one agent, inside the window
  * AgentDns()                 one agent's scored domains, answers window, query-rate buckets and baseline
- * DnsScanner(windows, split_memo, split, score_memo, score, max_keys, max_events)
+ * DnsScanner(agents, windows, split_memo, split, score_memo, score, max_keys, max_events)
  *     .configure(...)   the config in force (DnsAnalyzer calls it when the config object changes)
- *     .scan(agent, flow) -> (queries, now_ns, judged, dga_due, flood_due)
+ *     .scan(flow) -> (agent, queries, now_ns, judged, dga_due, flood_due), or None when no judge is due
  *     Everything DnsAnalyzer.analyze did before its judges: the messages, the flood buckets, the expiry of
  *     the agent's scored domains. judged: [(registered, window)] of the touched windows (first-touch order)
  *     that have enough queries for the tunneling judge, or None; dga_due/flood_due: whether the DGA and
@@ -36,6 +36,7 @@ static PyObject *dnsw_attr_dns, *dnsw_attr_agent_id, *dnsw_attr_flow_id, *dnsw_a
     *dnsw_attr_timestamp_ns, *dnsw_attr_is_response, *dnsw_attr_rcode, *dnsw_attr_qname, *dnsw_attr_qtype,
     *dnsw_attr_score, *dnsw_attr_answers, *dnsw_attr_ttl, *dnsw_xn;
 static PyObject *dnsw_local_suffixes[6];
+static PyObject *dnsw_no_args;  /* () */
 static const char *const dnsw_local_suffix_texts[6] = {"arpa", "local", "lan", "internal", "localdomain", "home"};
 
 /* -- attributes of the messages, read where their slots are ------------------------------------------
@@ -564,6 +565,7 @@ static PyTypeObject AgentDnsType = {
 /* -- DnsScanner ------------------------------------------------------------------------------------ */
 typedef struct {
     PyObject_HEAD
+    PyObject *agents;      /* dict: agent id -> AgentDns */
     PyObject *windows;     /* dict: (agent id, registered) -> DomainWindow */
     PyObject *split_memo;  /* dict: name -> (registered, label) */
     PyObject *split;       /* callable(name) -> (registered, label), on a memo miss */
@@ -580,10 +582,10 @@ static PyTypeObject DnsScannerType;
 
 static PyObject *DnsScanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *keywords[] = {"windows", "split_memo", "split", "score_memo", "score", "max_keys", "max_events", NULL};
-    PyObject *windows, *split_memo, *split, *score_memo, *score;
+    static char *keywords[] = {"agents", "windows", "split_memo", "split", "score_memo", "score", "max_keys", "max_events", NULL};
+    PyObject *agents, *windows, *split_memo, *split, *score_memo, *score;
     Py_ssize_t max_keys, max_events;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OO!Onn:DnsScanner", keywords, &PyDict_Type, &windows,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O!OO!Onn:DnsScanner", keywords, &PyDict_Type, &agents, &PyDict_Type, &windows,
                                      &PyDict_Type, &split_memo, &split, &PyDict_Type, &score_memo, &score,
                                      &max_keys, &max_events))
         return NULL;
@@ -594,6 +596,7 @@ static PyObject *DnsScanner_new(PyTypeObject *type, PyObject *args, PyObject *kw
     DnsScannerObject *s = (DnsScannerObject *)type->tp_alloc(type, 0);
     if (s == NULL)
         return NULL;
+    s->agents = Py_NewRef(agents);
     s->windows = Py_NewRef(windows);
     s->split_memo = Py_NewRef(split_memo);
     s->split = Py_NewRef(split);
@@ -606,6 +609,7 @@ static PyObject *DnsScanner_new(PyTypeObject *type, PyObject *args, PyObject *kw
 
 static int DnsScanner_traverse(DnsScannerObject *s, visitproc visit, void *arg)
 {
+    Py_VISIT(s->agents);
     Py_VISIT(s->windows);
     Py_VISIT(s->split_memo);
     Py_VISIT(s->split);
@@ -616,6 +620,7 @@ static int DnsScanner_traverse(DnsScannerObject *s, visitproc visit, void *arg)
 
 static int DnsScanner_clear(DnsScannerObject *s)
 {
+    Py_CLEAR(s->agents);
     Py_CLEAR(s->windows);
     Py_CLEAR(s->split_memo);
     Py_CLEAR(s->split);
@@ -1062,22 +1067,12 @@ static PyObject *DnsScanner_configure(DnsScannerObject *s, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "scan(agent, flow)");
-        return NULL;
-    }
-    if (Py_TYPE(args[0]) != &AgentDnsType) {
-        PyErr_SetString(PyExc_TypeError, "scan(): agent must be an AgentDns");
-        return NULL;
-    }
     if (!s->configured) {
         PyErr_SetString(PyExc_RuntimeError, "scan(): configure() the scanner first");
         return NULL;
     }
-    AgentDnsObject *agent = (AgentDnsObject *)args[0];
-    PyObject *flow = args[1];
     long long tunnel_window_ns = s->tunnel_window_ns, dga_window_ns = s->dga_window_ns;
     double threshold = s->name_threshold;
     long long first_ns, last_ns, packets_out;
@@ -1090,6 +1085,7 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *const *args, Py_
         return NULL;
     }
     PyObject *agent_id = NULL, *flow_id = NULL, *touched = NULL, *judged = NULL, *out = NULL, *seq = NULL;
+    AgentDnsObject *agent = NULL;
     dnsw_message *messages = NULL;
     dnsw_previous previous = {NULL, NULL, 0, 0.0};
     Py_ssize_t n = 0;
@@ -1104,6 +1100,23 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *const *args, Py_
         || (flow_id = dnsw_get(flow, dnsw_attr_flow_id)) == NULL || (touched = PyDict_New()) == NULL)
         goto done;
     /* Checked: from here on the state changes. */
+    agent = (AgentDnsObject *)PyDict_GetItemWithError(s->agents, agent_id);
+    if (agent != NULL && Py_TYPE(agent) != &AgentDnsType) {
+        PyErr_SetString(PyExc_TypeError, "DnsScanner: the agents dict holds something other than an AgentDns");
+        agent = NULL;
+        goto done;
+    }
+    if (agent != NULL)
+        Py_INCREF(agent);
+    else {
+        if (PyErr_Occurred())
+            goto done;
+        if (PyDict_GET_SIZE(s->agents) >= s->max_keys)
+            PyDict_Clear(s->agents);
+        agent = (AgentDnsObject *)AgentDns_new(&AgentDnsType, dnsw_no_args, NULL);
+        if (agent == NULL || PyDict_SetItem(s->agents, agent_id, (PyObject *)agent) < 0)
+            goto done;
+    }
     dnsw_ids_append(&agent->flow_ids, flow_id);
     long long now_ns = first_ns, queries = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1152,8 +1165,11 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *const *args, Py_
             Py_DECREF(item);
         }
     }
-    out = Py_BuildValue("(LLOOO)", queries, now_ns, judged ? judged : Py_None, dga_due ? Py_True : Py_False,
-                        flood_due ? Py_True : Py_False);
+    if (judged == NULL && !dga_due && !flood_due)
+        out = Py_NewRef(Py_None);  /* nothing for the judges: most flows */
+    else
+        out = Py_BuildValue("(OLLOOO)", agent, queries, now_ns, judged ? judged : Py_None, dga_due ? Py_True : Py_False,
+                            flood_due ? Py_True : Py_False);
 done:
     if (messages != NULL)
         dnsw_messages_free(messages, n);
@@ -1163,12 +1179,14 @@ done:
     Py_XDECREF(touched);
     Py_XDECREF(judged);
     dnsw_previous_clear(&previous);
+    Py_XDECREF(agent);
     return out;
 }
 
 static PyMethodDef DnsScanner_methods[] = {
-    {"scan", (PyCFunction)(void (*)(void))DnsScanner_scan, METH_FASTCALL,
-     "scan(agent, flow) -> (queries, now_ns, [(registered, window) to judge] or None, dga due, flood due)."},
+    {"scan", (PyCFunction)DnsScanner_scan, METH_O,
+     "scan(flow) -> (agent, queries, now_ns, [(registered, window) to judge] or None, dga due, flood due), "
+     "or None when no judge is due."},
     {"configure", (PyCFunction)DnsScanner_configure, METH_VARARGS,
      "configure(tunnel_window_ns, min_tunnel_queries, name_threshold, dga_window_ns, min_suspicious_domains, "
      "bucket_ns, bucket_s, absolute_qps, baseline_min_qps, baseline_z, warmup_buckets): the config in force."},
@@ -1466,6 +1484,8 @@ static int dnsw_init(PyObject *module)
         if (!dnsw_intern(&dnsw_local_suffixes[i], dnsw_local_suffix_texts[i]))
             return -1;
     }
+    if (dnsw_no_args == NULL && (dnsw_no_args = PyTuple_New(0)) == NULL)
+        return -1;
     PyTypeObject *types[3] = {&DomainWindowType, &AgentDnsType, &DnsScannerType};
     const char *names[3] = {"DomainWindow", "AgentDns", "DnsScanner"};
     for (int i = 0; i < 3; i++) {

@@ -20,8 +20,8 @@ from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
 from appliance.native.dpi import AgentDns, DnsScanner, DomainWindow
 
 _log = logging.getLogger(__name__)
-# (queries, newest timestamp, [(registered, window)] for the tunneling judge or None, DGA judge due, flood judge due)
-Scanned = tuple[int, int, "list[tuple[str, Any]] | None", bool, bool]
+# (agent, queries, newest timestamp, [(registered, window)] for the tunneling judge or None, DGA judge due, flood judge due)
+Scanned = tuple[Any, int, int, "list[tuple[str, Any]] | None", bool, bool]
 
 _NS = 1_000_000_000
 _MAX_KEYS = 100_000
@@ -45,7 +45,7 @@ class DnsAnalyzer:
         self._windows: dict[tuple[str, str], DomainWindow] = {}
         self._agents: dict[str, AgentDns] = {}
         self._throttle = Throttle()
-        self._scanner = DnsScanner(self._windows, domains.memo, domains.split, scorer.memo, scorer.score,
+        self._scanner = DnsScanner(self._agents, self._windows, domains.memo, domains.split, scorer.memo, scorer.score,
                                    max_keys, max_events)
         self._configured: AnalysisConfig | None = None
         self.out_of_range_flows = 0  # flows with a timestamp outside [0, 2**62): skipped, never seen by ingestion
@@ -53,17 +53,10 @@ class DnsAnalyzer:
     def analyze(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
         if not flow.dns or flow.remote_port != 53:
             return []
-        agent = self._agents.get(flow.agent_id)
-        if agent is None:
-            if len(self._agents) >= self._max_keys:
-                self._agents.clear()
-            agent = self._agents[flow.agent_id] = self._new_agent()
-        scanned = self._scan(agent, flow, config)
-        if scanned is None:
+        scanned = self._scan(flow, config)
+        if scanned is None:  # no judge is due: most flows
             return []
-        queries, now_ns, judged, dga_due, flood_due = scanned
-        if not (judged or dga_due or flood_due):
-            return []
+        agent, queries, now_ns, judged, dga_due, flood_due = scanned
         out: list[Detection] = []
         resolver = ip_str(flow.remote_ip)
         for registered, window in judged or ():
@@ -76,11 +69,9 @@ class DnsAnalyzer:
         return out
 
     # -- accounting ---------------------------------------------------------------------------
-    def _new_agent(self) -> AgentDns:
-        return AgentDns()
-
-    def _scan(self, agent: AgentDns, flow: FlowRecord, config: AnalysisConfig) -> Scanned | None:
-        """Every message and the packet count of the flow into the agent's state, before the judges."""
+    def _scan(self, flow: FlowRecord, config: AnalysisConfig) -> Scanned | None:
+        """Every message and the packet count of the flow into its agent's state; what the judges need, or
+        None when none is due."""
         if config is not self._configured:
             t, g, f = config.dns_tunneling, config.dga, config.dns_flood
             self._scanner.configure(int(t.window_s * _NS), t.min_queries, g.name_threshold, int(g.window_s * _NS),
@@ -88,7 +79,7 @@ class DnsAnalyzer:
                                     f.baseline_min_qps, f.baseline_z, f.warmup_buckets)
             self._configured = config
         try:
-            return self._scanner.scan(agent, flow)  # type: ignore[no-any-return]
+            return self._scanner.scan(flow)  # type: ignore[no-any-return]
         except ValueError:
             # Ingestion replaces timestamps from the future and keeps first_ns <= last_ns: a record from
             # elsewhere. Counted and skipped (checked before any state changed).

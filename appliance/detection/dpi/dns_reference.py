@@ -67,12 +67,13 @@ class _AgentDns:
 class DnsAnalyzerReference(DnsAnalyzer):
     """`DnsAnalyzer` with its per-message accounting in Python (the twin of dns_windows.h)."""
 
-    def _new_agent(self) -> _AgentDns:  # type: ignore[override]
-        return _AgentDns()
-
-    def _scan(self, agent: _AgentDns, flow: FlowRecord,  # type: ignore[override]
-              config: AnalysisConfig) -> Scanned:
+    def _scan(self, flow: FlowRecord, config: AnalysisConfig) -> Scanned:
         agent_id = flow.agent_id
+        agent = self._agents.get(agent_id)  # type: ignore[assignment]
+        if agent is None:
+            if len(self._agents) >= self._max_keys:
+                self._agents.clear()
+            agent = self._agents[agent_id] = _AgentDns()  # type: ignore[assignment]
         agent.flow_ids.append(flow.flow_id)
         touched: dict[str, _DomainWindow] = {}
         tun = config.dns_tunneling
@@ -106,7 +107,7 @@ class DnsAnalyzerReference(DnsAnalyzer):
         if flow.packets_out:
             self._count_queries(agent, flow, config)
             queries = max(queries, 1)
-        return queries, now_ns, list(touched.items()), True, True
+        return agent, queries, now_ns, list(touched.items()), True, True
 
     def _add_query(self, window: _DomainWindow, name: str, registered: str, qtype: int, ts: int, window_ns: int) -> None:
         sub = name[: -len(registered) - 1] if len(name) > len(registered) else ""

@@ -30,8 +30,8 @@ def test_dga_scan_matches_the_python_reference_under_small_bounds() -> None:
     assert assert_same_dga(random_flows(seed=12, count=600, agents=6), configs, (3, 4, 2), state_every=10) > 0
 
 
-def _scanner() -> dpi.DnsScanner:
-    scanner = dpi.DnsScanner({}, {}, lambda name: (name, name), {}, lambda label: 0.5, 10, 10)
+def _scanner(agents: dict | None = None) -> dpi.DnsScanner:
+    scanner = dpi.DnsScanner({} if agents is None else agents, {}, {}, lambda name: (name, name), {}, lambda label: 0.5, 10, 10)
     scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1)
     return scanner
 
@@ -51,11 +51,13 @@ def _flow(**fields: object) -> FlowRecord:
     {"dns": [DnsMessage(1, True, 2**70, "x.com", 1, 1, timestamp_ns=-5)]},
 ])
 def test_hostile_records_raise_and_change_nothing(fields: dict[str, object]) -> None:
-    scanner, agent = _scanner(), dpi.AgentDns()
+    agents: dict = {}
+    scanner = _scanner(agents)
     with pytest.raises((TypeError, ValueError, AttributeError)):
-        scanner.scan(agent, _flow(**fields))
-    assert agent.flow_ids == [] and agent.answered == 0 and agent.domains == {} and agent.buckets == {}
-    assert scanner.scan(agent, _flow())[0] == 1  # and it keeps serving
+        scanner.scan(_flow(**fields))
+    assert agents == {}
+    assert scanner.scan(_flow())[1] == 1  # and it keeps serving
+    assert agents["a"].flow_ids == ["f"] and agents["a"].answered == 0 and list(agents["a"].domains) == ["x.example.com"]
 
 
 @pytest.mark.parametrize("fields", [
@@ -78,16 +80,19 @@ def test_a_split_or_score_that_fails_raises_cleanly() -> None:
     def broken(name: str) -> tuple[str, str]:
         raise KeyError(name)
 
-    scanner = dpi.DnsScanner({}, {}, broken, {}, lambda label: 0.5, 10, 10)
+    scanner = dpi.DnsScanner({}, {}, {}, broken, {}, lambda label: 0.5, 10, 10)
     scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1)
     with pytest.raises(KeyError):
-        scanner.scan(dpi.AgentDns(), _flow())
-    scanner = dpi.DnsScanner({}, {}, lambda name: ("x", 1), {}, lambda label: 0.5, 10, 10)  # not two str
+        scanner.scan(_flow())
+    scanner = dpi.DnsScanner({}, {}, {}, lambda name: ("x", 1), {}, lambda label: 0.5, 10, 10)  # not two str
     scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1)
     with pytest.raises(TypeError):
-        scanner.scan(dpi.AgentDns(), _flow())
+        scanner.scan(_flow())
     with pytest.raises(RuntimeError):
-        dpi.DnsScanner({}, {}, broken, {}, broken, 1, 1).scan(dpi.AgentDns(), _flow())  # not configured
+        dpi.DnsScanner({}, {}, {}, broken, {}, broken, 1, 1).scan(_flow())  # not configured
+    scanner = _scanner({"a": "not an AgentDns"})
+    with pytest.raises(TypeError):
+        scanner.scan(_flow())
 
 
 def test_no_leak_over_many_flows() -> None:
