@@ -22,8 +22,9 @@
  *     the agent's scored domains. judged: [(registered, window)] of the touched windows (first-touch order)
  *     that have enough queries for the tunneling judge, or None; dga_due/flood_due: whether the DGA and
  *     flood judges can fire (the same tests, the same arithmetic as their first lines in Python).
- * dga_scan(flow, failed, askers, split_memo, split, cap, prevalence_window_ns, max_per_agent, max_domains)
- *     DgaSignals.analyze's loop over a flow's messages (appliance/detection/dpi/dga_signals.py), the same way.
+ * dga_scan(flow, agents, make_state, askers, split_memo, split, cap, prevalence_window_ns, burst_window_ns,
+ *          max_agents, max_per_agent, max_domains) -> (state, now_ns, close_due, failed_any) or None
+ *     DgaSignals.analyze up to its judge (appliance/detection/dpi/dga_signals.py), the same way.
  */
 #include <structmember.h>
 
@@ -34,7 +35,8 @@
 /* Interned strings, set once by dnsw_init (module exec). */
 static PyObject *dnsw_attr_dns, *dnsw_attr_agent_id, *dnsw_attr_flow_id, *dnsw_attr_first_ns, *dnsw_attr_last_ns, *dnsw_attr_packets_out,
     *dnsw_attr_timestamp_ns, *dnsw_attr_is_response, *dnsw_attr_rcode, *dnsw_attr_qname, *dnsw_attr_qtype,
-    *dnsw_attr_score, *dnsw_attr_answers, *dnsw_attr_ttl, *dnsw_xn;
+    *dnsw_attr_score, *dnsw_attr_answers, *dnsw_attr_ttl, *dnsw_xn, *dnsw_attr_failed, *dnsw_attr_answers_count,
+    *dnsw_attr_failures, *dnsw_attr_ttls, *dnsw_attr_extend, *dnsw_attr_window_start;
 static PyObject *dnsw_local_suffixes[6];
 static PyObject *dnsw_no_args;  /* () */
 static const char *const dnsw_local_suffix_texts[6] = {"arpa", "local", "lan", "internal", "localdomain", "home"};
@@ -1346,27 +1348,45 @@ static int dgas_fail(PyObject *failed, PyObject *pair, long long ts, Py_ssize_t 
     return 0;
 }
 
+/* state.<attribute> += delta for an int attribute. */
+static int dgas_add(PyObject *state, PyObject *attribute, long long delta)
+{
+    if (!delta)
+        return 0;
+    PyObject *value = dnsw_get(state, attribute), *sum = NULL, *step = PyLong_FromLongLong(delta);
+    if (value != NULL && step != NULL)
+        sum = PyNumber_Add(value, step);
+    int status = sum ? PyObject_SetAttr(state, attribute, sum) : -1;
+    Py_XDECREF(value);
+    Py_XDECREF(step);
+    Py_XDECREF(sum);
+    return status;
+}
+
 /*
- * dga_scan(flow, failed, askers, split_memo, split, cap, prevalence_window_ns, max_per_agent, max_domains)
- *     -> (now_ns, answers, failures, failed_any, [ttl] or None)
- * DgaSignals.analyze's loop over a flow's messages (dga_signals_reference.py is its Python twin): the
- * agent's failed registered domains and the domains' askers are updated in place; the answer counts and
- * the resolved answers' TTLs are returned for the caller to add.
+ * dga_scan(flow, agents, make_state, askers, split_memo, split, cap, prevalence_window_ns, burst_window_ns,
+ *          max_agents, max_per_agent, max_domains) -> (state, now_ns, close_due) or None
+ * DgaSignals.analyze up to its judge (dga_signals_reference.py is its Python twin): the flow's agent state
+ * (found in `agents`, or made by make_state(first_ns) after clearing a full dict), its failed registered
+ * domains, answer counts and resolved TTLs, and the domains' askers, updated in place. close_due: the burst
+ * window has run its length; None when the window is not due and no name failed (most flows).
  */
 static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 9 || !PyDict_Check(args[1]) || !PyDict_Check(args[2]) || !PyDict_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "dga_scan(flow, failed: dict, askers: dict, split_memo: dict, split, cap, "
-                                         "prevalence_window_ns, max_per_agent, max_domains)");
+    if (nargs != 12 || !PyDict_Check(args[1]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "dga_scan(flow, agents: dict, make_state, askers: dict, split_memo: dict, split, "
+                                         "cap, prevalence_window_ns, burst_window_ns, max_agents, max_per_agent, max_domains)");
         return NULL;
     }
-    PyObject *flow = args[0], *failed = args[1], *askers = args[2];
-    PyObject *split_memo = args[3], *split = args[4];
-    Py_ssize_t cap = PyLong_AsSsize_t(args[5]), max_per_agent = PyLong_AsSsize_t(args[7]), max_domains = PyLong_AsSsize_t(args[8]);
-    double window_ns = PyFloat_AsDouble(args[6]);
+    PyObject *flow = args[0], *agents = args[1], *make_state = args[2], *askers = args[3];
+    PyObject *split_memo = args[4], *split = args[5];
+    Py_ssize_t cap = PyLong_AsSsize_t(args[6]), max_agents = PyLong_AsSsize_t(args[9]);
+    Py_ssize_t max_per_agent = PyLong_AsSsize_t(args[10]), max_domains = PyLong_AsSsize_t(args[11]);
+    double window_ns = PyFloat_AsDouble(args[7]);
+    long long burst_window_ns = PyLong_AsLongLong(args[8]);
     if (PyErr_Occurred())
         return NULL;
-    if (max_per_agent < 1 || max_domains < 1) {
+    if (max_agents < 1 || max_per_agent < 1 || max_domains < 1) {
         PyErr_SetString(PyExc_ValueError, "dga_scan(): bounds must be positive");
         return NULL;
     }
@@ -1375,7 +1395,7 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
         || dnsw_timestamp(dnsw_get(flow, dnsw_attr_last_ns), "flow last_ns", &last_ns) < 0)
         return NULL;
     PyObject *dns = dnsw_get(flow, dnsw_attr_dns), *seq = NULL, *agent_id = NULL, *ttls = NULL, *out = NULL;
-    PyObject *last_name = NULL, *last_registered = NULL;
+    PyObject *last_name = NULL, *last_registered = NULL, *state = NULL, *failed = NULL;
     dgas_message *messages = NULL;
     Py_ssize_t n = 0;
     if (dns == NULL)
@@ -1388,6 +1408,26 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
     if ((messages = dgas_read_messages(seq, last_ns)) == NULL || (agent_id = dnsw_get(flow, dnsw_attr_agent_id)) == NULL)
         goto done;
     /* Checked: from here on the state changes. */
+    state = PyDict_GetItemWithError(agents, agent_id);
+    if (state != NULL)
+        Py_INCREF(state);
+    else {
+        if (PyErr_Occurred())
+            goto done;
+        if (PyDict_GET_SIZE(agents) >= max_agents)
+            PyDict_Clear(agents);
+        PyObject *start = PyLong_FromLongLong(first_ns);
+        state = start ? PyObject_CallOneArg(make_state, start) : NULL;
+        Py_XDECREF(start);
+        if (state == NULL || PyDict_SetItem(agents, agent_id, state) < 0)
+            goto done;
+    }
+    if ((failed = dnsw_get(state, dnsw_attr_failed)) == NULL)
+        goto done;
+    if (!PyDict_Check(failed)) {
+        PyErr_SetString(PyExc_TypeError, "dga_scan(): state.failed must be a dict");
+        goto done;
+    }
     long long now_ns = first_ns, answers = 0, failures = 0;
     int failed_any = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -1450,12 +1490,32 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
         }
         Py_DECREF(pair);
     }
-    out = Py_BuildValue("(LLLOO)", now_ns, answers, failures, failed_any ? Py_True : Py_False, ttls ? ttls : Py_None);
+    if (dgas_add(state, dnsw_attr_answers_count, answers) < 0 || dgas_add(state, dnsw_attr_failures, failures) < 0)
+        goto done;
+    if (ttls != NULL) {
+        PyObject *kept = dnsw_get(state, dnsw_attr_ttls), *ignored = NULL;
+        if (kept != NULL)
+            ignored = PyObject_CallMethodOneArg(kept, dnsw_attr_extend, ttls);
+        Py_XDECREF(kept);
+        if (ignored == NULL)
+            goto done;
+        Py_DECREF(ignored);
+    }
+    long long window_start;
+    if (dnsw_timestamp(dnsw_get(state, dnsw_attr_window_start), "state window_start", &window_start) < 0)
+        goto done;
+    int close_due = now_ns - window_start >= burst_window_ns;
+    if (!close_due && !failed_any)
+        out = Py_NewRef(Py_None);
+    else
+        out = Py_BuildValue("(OLOO)", state, now_ns, close_due ? Py_True : Py_False, failed_any ? Py_True : Py_False);
 done:
     if (messages != NULL)
         dgas_messages_free(messages, n);
     Py_XDECREF(seq);
     Py_XDECREF(agent_id);
+    Py_XDECREF(state);
+    Py_XDECREF(failed);
     Py_XDECREF(ttls);
     Py_XDECREF(last_name);
     Py_XDECREF(last_registered);
@@ -1478,7 +1538,10 @@ static int dnsw_init(PyObject *module)
         || !dnsw_intern(&dnsw_attr_is_response, "is_response") || !dnsw_intern(&dnsw_attr_rcode, "rcode")
         || !dnsw_intern(&dnsw_attr_qname, "qname") || !dnsw_intern(&dnsw_attr_qtype, "qtype")
         || !dnsw_intern(&dnsw_attr_score, "score") || !dnsw_intern(&dnsw_attr_answers, "answers")
-        || !dnsw_intern(&dnsw_attr_ttl, "ttl") || !dnsw_intern(&dnsw_xn, "xn--"))
+        || !dnsw_intern(&dnsw_attr_ttl, "ttl") || !dnsw_intern(&dnsw_attr_failed, "failed")
+        || !dnsw_intern(&dnsw_attr_answers_count, "answers") || !dnsw_intern(&dnsw_attr_failures, "failures")
+        || !dnsw_intern(&dnsw_attr_ttls, "ttls") || !dnsw_intern(&dnsw_attr_extend, "extend")
+        || !dnsw_intern(&dnsw_attr_window_start, "window_start") || !dnsw_intern(&dnsw_xn, "xn--"))
         return -1;
     for (int i = 0; i < 6; i++) {
         if (!dnsw_intern(&dnsw_local_suffixes[i], dnsw_local_suffix_texts[i]))

@@ -422,8 +422,8 @@ static PyMethodDef dpi_functions[] = {
     {"server_hello_texts", server_hello_texts, METH_O,
      "server_hello_texts(hello) -> (ja4s head, ja4s extensions) of a ServerHello."},
     {"dga_scan", (PyCFunction)(void (*)(void))dga_scan, METH_FASTCALL,
-     "dga_scan(flow, failed, askers, split_memo, split, cap, prevalence_window_ns, max_per_agent, max_domains) "
-     "-> (now_ns, answers, failures, failed_any, [ttl] or None): DgaSignals' loop over a flow's messages."},
+     "dga_scan(flow, agents, make_state, askers, split_memo, split, cap, prevalence_window_ns, burst_window_ns, "
+     "max_agents, max_per_agent, max_domains) -> (state, now_ns, close_due, failed_any) or None: DgaSignals up to its judge."},
     {"shannon_entropy", shannon_entropy, METH_O,
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},
     {NULL, NULL, 0, NULL},

@@ -33,6 +33,8 @@ from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
 from appliance.native.dpi import dga_scan
 
 _log = logging.getLogger(__name__)
+# (the agent's state, newest timestamp, burst window due to close, a name failed)
+Scanned = tuple["_AgentFailures", int, bool, bool]
 
 _NS = 1_000_000_000
 # NXDOMAIN only (dns_windows.h, dga_scan): a resolver outage answers SERVFAIL for every name of every host, which is no DGA.
@@ -74,33 +76,31 @@ class DgaSignals:
         self._population_share = 0.0  # running mean of the agents' NXDOMAIN share per closed window
         self._population_windows = 0
         self._throttle = Throttle()
+        self._configured: AnalysisConfig | None = None
+        self._scan_config: tuple[int, float, int, int, int, int] = (0, 0.0, 0, 0, 0, 0)
         self.out_of_range_flows = 0  # flows with a timestamp outside [0, 2**62): skipped, never seen by ingestion
 
     def analyze(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
-        c = config.dga
-        agent_id = flow.agent_id
-        state = self._agents.get(agent_id)
-        if state is None:
-            if len(self._agents) >= self._max_agents:
-                self._agents.clear()
-            state = self._agents[agent_id] = _AgentFailures(window_start=flow.first_ns)
-        scanned = self._scan(state, flow, config)
-        if scanned is None:
+        scanned = self._scan(flow, config)
+        if scanned is None:  # the burst window runs on and no name failed: most flows
             return []
-        now_ns, failed_any = scanned
-        if now_ns - state.window_start >= int(c.burst_window_s * _NS):
-            self._close_window(state, now_ns, c.common_domain_agents)
+        state, now_ns, close_due, failed_any = scanned
+        if close_due:
+            self._close_window(state, now_ns, config.dga.common_domain_agents)
         if not failed_any:
             return []
         return self._judge(flow, state, now_ns, config)
 
-    def _scan(self, state: _AgentFailures, flow: FlowRecord, config: AnalysisConfig) -> tuple[int, bool] | None:
-        """The flow's messages into the agent's failures and the domains' askers: (newest timestamp, any failure)."""
-        c = config.dga
+    def _scan(self, flow: FlowRecord, config: AnalysisConfig) -> Scanned | None:
+        """The flow's messages into its agent's failures and the domains' askers (see `dga_scan`)."""
+        if config is not self._configured:
+            c = config.dga
+            self._scan_config = (c.common_domain_agents, c.prevalence_window_s * _NS, int(c.burst_window_s * _NS),
+                                 self._max_agents, self._max_per_agent, self._max_domains)
+            self._configured = config
         try:
-            now_ns, answers, failures, failed_any, ttls = dga_scan(
-                flow, state.failed, self._askers, self._domains.memo, self._domains.split, c.common_domain_agents,
-                c.prevalence_window_s * _NS, self._max_per_agent, self._max_domains)
+            return dga_scan(flow, self._agents, self._new_state, self._askers, self._domains.memo,  # type: ignore[no-any-return]
+                            self._domains.split, *self._scan_config)
         except ValueError:
             # Ingestion replaces timestamps from the future: a record from elsewhere, counted and skipped
             # (checked before any state changed).
@@ -108,11 +108,10 @@ class DgaSignals:
             if self.out_of_range_flows == 1:
                 _log.warning("dga_flow_skipped reason=timestamp_out_of_range flow_id=%s", flow.flow_id)
             return None
-        state.answers += answers
-        state.failures += failures
-        if ttls:
-            state.ttls.extend(ttls)
-        return now_ns, failed_any
+
+    @staticmethod
+    def _new_state(first_ns: int) -> _AgentFailures:
+        return _AgentFailures(window_start=first_ns)
 
     def _close_window(self, state: _AgentFailures, now_ns: int, cap: int) -> None:
         """One value per closed window for the agent's baseline, and its NXDOMAIN share for the population."""

@@ -8,7 +8,7 @@ same flows and compares every detection and the state.
 from __future__ import annotations
 
 from appliance.detection.analysis_config import AnalysisConfig
-from appliance.detection.dpi.dga_signals import _NS, DgaSignals, _AgentFailures
+from appliance.detection.dpi.dga_signals import _NS, DgaSignals, Scanned, _AgentFailures
 from appliance.model import FlowRecord
 
 # NXDOMAIN only: a resolver outage answers SERVFAIL for every name of every host, which is no DGA.
@@ -19,9 +19,14 @@ _LOCAL_SUFFIXES = ("arpa", "local", "lan", "internal", "localdomain", "home")
 class DgaSignalsReference(DgaSignals):
     """`DgaSignals` with its per-message loop in Python (the twin of `dga_scan`)."""
 
-    def _scan(self, state: _AgentFailures, flow: FlowRecord, config: AnalysisConfig) -> tuple[int, bool] | None:
+    def _scan(self, flow: FlowRecord, config: AnalysisConfig) -> Scanned:
         c = config.dga
         agent_id = flow.agent_id
+        state = self._agents.get(agent_id)
+        if state is None:
+            if len(self._agents) >= self._max_agents:
+                self._agents.clear()
+            state = self._agents[agent_id] = _AgentFailures(window_start=flow.first_ns)
         failed_any = False
         now_ns = flow.first_ns
         last_registered = ""
@@ -55,7 +60,7 @@ class DgaSignalsReference(DgaSignals):
             if registered != last_registered:  # a flow's many names under one domain count once
                 last_registered = registered
                 self._count_asker(registered, agent_id, ts, c.common_domain_agents, c.prevalence_window_s)
-        return now_ns, failed_any
+        return state, now_ns, now_ns - state.window_start >= int(c.burst_window_s * _NS), failed_any
 
     def _count_asker(self, registered: str, agent_id: str, ts: int, cap: int, window_s: float) -> None:
         entry = self._askers.get(registered)

@@ -13,6 +13,7 @@ import pytest
 
 from appliance.detection.analysis_config import AnalysisConfig
 from appliance.model import DnsMessage, FlowRecord, Transport
+from appliance.detection.dpi.dga_signals import DgaSignals
 from appliance.native import dpi
 from tests.appliance.detection.dns_flows import (analyzers, assert_same, assert_same_dga, dga_analyzers, eager_config,
                                                  random_flows)
@@ -67,13 +68,17 @@ def test_hostile_records_raise_and_change_nothing(fields: dict[str, object]) -> 
     {"dns": [DnsMessage(1, True, 0, "x.com", 1, 1, answers=[object()])]},  # type: ignore[list-item]
 ])
 def test_dga_scan_refuses_hostile_records_and_changes_nothing(fields: dict[str, object]) -> None:
-    failed: dict = {}
+    agents: dict = {}
     askers: dict = {}
+
+    def scan(flow: FlowRecord) -> object:
+        return dpi.dga_scan(flow, agents, DgaSignals._new_state, askers, {}, lambda name: (name, name), 3, 1e12, 10**12, 4, 4, 4)
+
     with pytest.raises((TypeError, ValueError, AttributeError)):
-        dpi.dga_scan(_flow(**fields), failed, askers, {}, lambda name: (name, name), 3, 1e12, 4, 4)
-    assert failed == {} and askers == {}
-    assert dpi.dga_scan(_flow(), failed, askers, {}, lambda name: (name, name), 3, 1e12, 4, 4)[1] == 0
-    assert list(askers) == ["x.example.com"]
+        scan(_flow(**fields))
+    assert agents == {} and askers == {}
+    assert scan(_flow()) is None  # nothing failed, the window runs on: and it keeps serving
+    assert list(askers) == ["x.example.com"] and agents["a"].answers == 0
 
 
 def test_a_split_or_score_that_fails_raises_cleanly() -> None:
