@@ -33,40 +33,30 @@
 #define DNSW_NXDOMAIN 3
 
 /* Interned strings, set once by dnsw_init (module exec). */
-static PyObject *dnsw_attr_dns, *dnsw_attr_agent_id, *dnsw_attr_flow_id, *dnsw_attr_first_ns, *dnsw_attr_last_ns, *dnsw_attr_packets_out,
-    *dnsw_attr_timestamp_ns, *dnsw_attr_is_response, *dnsw_attr_rcode, *dnsw_attr_qname, *dnsw_attr_qtype,
-    *dnsw_attr_score, *dnsw_attr_answers, *dnsw_attr_ttl, *dnsw_xn, *dnsw_attr_failed, *dnsw_attr_answers_count,
-    *dnsw_attr_failures, *dnsw_attr_ttls, *dnsw_attr_extend, *dnsw_attr_window_start;
+/* An attribute read by dnsw_get: its interned name and where the slot of the last type seen is. */
+typedef struct {
+    PyObject *name;
+    PyTypeObject *type;  /* held; NULL before the first read */
+    Py_ssize_t offset;   /* -1: not a plain object slot of `type`, use PyObject_GetAttr */
+} dnsw_attr;
+
+static dnsw_attr dnsw_attr_dns, dnsw_attr_agent_id, dnsw_attr_flow_id, dnsw_attr_first_ns, dnsw_attr_last_ns, dnsw_attr_packets_out, dnsw_attr_timestamp_ns, dnsw_attr_is_response, dnsw_attr_rcode, dnsw_attr_qname, dnsw_attr_qtype, dnsw_attr_score, dnsw_attr_answers, dnsw_attr_ttl, dnsw_attr_failed, dnsw_attr_answers_count, dnsw_attr_failures, dnsw_attr_ttls, dnsw_attr_window_start;
+static PyObject *dnsw_xn, *dnsw_name_extend;
 static PyObject *dnsw_local_suffixes[6];
 static PyObject *dnsw_no_args;  /* () */
 static const char *const dnsw_local_suffix_texts[6] = {"arpa", "local", "lan", "internal", "localdomain", "home"};
 
-/* -- attributes of the messages, read where their slots are ------------------------------------------
- * DnsMessage and DnsAnswer are slotted dataclasses: an attribute is a member descriptor at a fixed offset.
- * PyObject_GetAttr finds it through the type's method cache every time (a third of the loop); this reads
- * the slot directly once the (type, name) pair is known to be a plain object member. The types are held,
- * so a cached pointer is never reused by another type; anything else takes PyObject_GetAttr. */
-#define DNSW_SLOTS 16
-static struct {
-    PyTypeObject *type;
-    PyObject *name;
-    Py_ssize_t offset;  /* -1: not a plain object slot, use PyObject_GetAttr */
-} dnsw_slots[DNSW_SLOTS];
-static int dnsw_slot_count;
-
-static PyObject *dnsw_get(PyObject *obj, PyObject *name)
+/* -- attributes of the records, read where their slots are -------------------------------------------
+ * FlowRecord, DnsMessage and DnsAnswer are slotted dataclasses: an attribute is a member descriptor at a fixed
+ * offset. PyObject_GetAttr finds it through the type's method cache every time (a third of the loop); this
+ * reads the slot directly while the object's type is the one the attribute last resolved on (held, so its
+ * pointer is never reused by another type). Anything but a plain object member takes PyObject_GetAttr. */
+static PyObject *dnsw_get(PyObject *obj, dnsw_attr *attr)
 {
     PyTypeObject *type = Py_TYPE(obj);
-    Py_ssize_t offset = -1;
-    int i = 0;
-    for (; i < dnsw_slot_count; i++) {
-        if (dnsw_slots[i].type == type && dnsw_slots[i].name == name) {
-            offset = dnsw_slots[i].offset;
-            break;
-        }
-    }
-    if (i == dnsw_slot_count && i < DNSW_SLOTS) {
-        PyObject *descr = PyObject_GetAttr((PyObject *)type, name);
+    if (type != attr->type) {
+        Py_ssize_t offset = -1;
+        PyObject *descr = PyObject_GetAttr((PyObject *)type, attr->name);
         if (descr == NULL)
             PyErr_Clear();
         else if (Py_IS_TYPE(descr, &PyMemberDescr_Type) && ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX
@@ -74,17 +64,14 @@ static PyObject *dnsw_get(PyObject *obj, PyObject *name)
             offset = ((PyMemberDescrObject *)descr)->d_member->offset;
         Py_XDECREF(descr);
         Py_INCREF(type);
-        Py_INCREF(name);
-        dnsw_slots[i].type = type;
-        dnsw_slots[i].name = name;
-        dnsw_slots[i].offset = offset;
-        dnsw_slot_count++;
+        Py_XSETREF(attr->type, type);
+        attr->offset = offset;
     }
-    if (offset < 0)
-        return PyObject_GetAttr(obj, name);
-    PyObject *value = *(PyObject **)((char *)obj + offset);
+    if (attr->offset < 0)
+        return PyObject_GetAttr(obj, attr->name);
+    PyObject *value = *(PyObject **)((char *)obj + attr->offset);
     if (value == NULL) {
-        PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%U'", type->tp_name, name);
+        PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute '%U'", type->tp_name, attr->name);
         return NULL;
     }
     return Py_NewRef(value);
@@ -668,13 +655,13 @@ static int dnsw_timestamp(PyObject *value, const char *what, long long *out)
 }
 
 /* A small int attribute compared with a set of values (rcode == 3, qtype in {16, 10, 5}). */
-static int dnsw_int_in(PyObject *message, PyObject *attribute, const long *values, int n)
+static int dnsw_int_in(PyObject *message, dnsw_attr *attribute, const long *values, int n)
 {
     PyObject *value = dnsw_get(message, attribute);
     if (value == NULL)
         return -1;
     if (!PyLong_Check(value)) {
-        PyErr_Format(PyExc_TypeError, "DNS message %U must be an int", attribute);
+        PyErr_Format(PyExc_TypeError, "DNS message %U must be an int", attribute->name);
         Py_DECREF(value);
         return -1;
     }
@@ -711,27 +698,27 @@ static dnsw_message *dnsw_read_messages(PyObject *seq, long long last_ns, Py_ssi
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *message = PySequence_Fast_GET_ITEM(seq, i);
         dnsw_message *m = &out[i];
-        if (dnsw_timestamp(dnsw_get(message, dnsw_attr_timestamp_ns), "DNS message timestamp_ns", &m->ts) < 0)
+        if (dnsw_timestamp(dnsw_get(message, &dnsw_attr_timestamp_ns), "DNS message timestamp_ns", &m->ts) < 0)
             goto fail;
         if (m->ts == 0)
             m->ts = last_ns;
-        PyObject *flag = dnsw_get(message, dnsw_attr_is_response);
+        PyObject *flag = dnsw_get(message, &dnsw_attr_is_response);
         m->is_response = flag ? PyObject_IsTrue(flag) : -1;
         Py_XDECREF(flag);
         if (m->is_response < 0)
             goto fail;
         if (m->is_response) {
-            m->flag = dnsw_int_in(message, dnsw_attr_rcode, dnsw_nxdomain, 1);
+            m->flag = dnsw_int_in(message, &dnsw_attr_rcode, dnsw_nxdomain, 1);
         }
         else {
-            m->name = dnsw_get(message, dnsw_attr_qname);
+            m->name = dnsw_get(message, &dnsw_attr_qname);
             if (m->name == NULL)
                 goto fail;
             if (!PyUnicode_Check(m->name)) {
                 PyErr_SetString(PyExc_TypeError, "DNS message qname must be a str");
                 goto fail;
             }
-            m->flag = dnsw_int_in(message, dnsw_attr_qtype, dnsw_suspicious_qtypes, 3);
+            m->flag = dnsw_int_in(message, &dnsw_attr_qtype, dnsw_suspicious_qtypes, 3);
         }
         if (m->flag < 0)
             goto fail;
@@ -782,7 +769,7 @@ static int dnsw_score(DnsScannerObject *s, PyObject *label, double *score)
     PyObject *features = PyDict_GetItemWithError(s->score_memo, label);
     PyObject *value;
     if (features != NULL)
-        value = dnsw_get(features, dnsw_attr_score);
+        value = dnsw_get(features, &dnsw_attr_score);
     else if (PyErr_Occurred())
         return -1;
     else
@@ -1078,9 +1065,9 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
     long long tunnel_window_ns = s->tunnel_window_ns, dga_window_ns = s->dga_window_ns;
     double threshold = s->name_threshold;
     long long first_ns, last_ns, packets_out;
-    if (dnsw_timestamp(dnsw_get(flow, dnsw_attr_first_ns), "flow first_ns", &first_ns) < 0
-        || dnsw_timestamp(dnsw_get(flow, dnsw_attr_last_ns), "flow last_ns", &last_ns) < 0
-        || dnsw_timestamp(dnsw_get(flow, dnsw_attr_packets_out), "flow packets_out", &packets_out) < 0)
+    if (dnsw_timestamp(dnsw_get(flow, &dnsw_attr_first_ns), "flow first_ns", &first_ns) < 0
+        || dnsw_timestamp(dnsw_get(flow, &dnsw_attr_last_ns), "flow last_ns", &last_ns) < 0
+        || dnsw_timestamp(dnsw_get(flow, &dnsw_attr_packets_out), "flow packets_out", &packets_out) < 0)
         return NULL;
     if (packets_out && last_ns / s->bucket_ns < first_ns / s->bucket_ns) {
         PyErr_SetString(PyExc_ValueError, "flow last_ns before first_ns");
@@ -1091,15 +1078,15 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
     dnsw_message *messages = NULL;
     dnsw_previous previous = {NULL, NULL, 0, 0.0};
     Py_ssize_t n = 0;
-    PyObject *dns = dnsw_get(flow, dnsw_attr_dns);
+    PyObject *dns = dnsw_get(flow, &dnsw_attr_dns);
     if (dns == NULL)
         return NULL;
     seq = PySequence_Fast(dns, "flow.dns must be a sequence");
     Py_DECREF(dns);
     if (seq == NULL || (messages = dnsw_read_messages(seq, last_ns, &n)) == NULL)
         goto done;
-    if ((agent_id = dnsw_get(flow, dnsw_attr_agent_id)) == NULL
-        || (flow_id = dnsw_get(flow, dnsw_attr_flow_id)) == NULL || (touched = PyDict_New()) == NULL)
+    if ((agent_id = dnsw_get(flow, &dnsw_attr_agent_id)) == NULL
+        || (flow_id = dnsw_get(flow, &dnsw_attr_flow_id)) == NULL || (touched = PyDict_New()) == NULL)
         goto done;
     /* Checked: from here on the state changes. */
     agent = (AgentDnsObject *)PyDict_GetItemWithError(s->agents, agent_id);
@@ -1238,7 +1225,7 @@ static dgas_message *dgas_read_messages(PyObject *seq, long long last_ns)
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *message = PySequence_Fast_GET_ITEM(seq, i);
         dgas_message *m = &out[i];
-        m->name = dnsw_get(message, dnsw_attr_qname);
+        m->name = dnsw_get(message, &dnsw_attr_qname);
         if (m->name == NULL)
             goto fail;
         if (!PyUnicode_Check(m->name)) {
@@ -1249,26 +1236,26 @@ static dgas_message *dgas_read_messages(PyObject *seq, long long last_ns)
             Py_CLEAR(m->name);
             continue;
         }
-        if (dnsw_timestamp(dnsw_get(message, dnsw_attr_timestamp_ns), "DNS message timestamp_ns", &m->ts) < 0)
+        if (dnsw_timestamp(dnsw_get(message, &dnsw_attr_timestamp_ns), "DNS message timestamp_ns", &m->ts) < 0)
             goto fail;
         if (m->ts == 0)
             m->ts = last_ns;
-        PyObject *flag = dnsw_get(message, dnsw_attr_is_response);
+        PyObject *flag = dnsw_get(message, &dnsw_attr_is_response);
         m->is_response = flag ? PyObject_IsTrue(flag) : -1;
         Py_XDECREF(flag);
         if (m->is_response < 0)
             goto fail;
         if (!m->is_response)
             continue;
-        if ((m->nx = dnsw_int_in(message, dnsw_attr_rcode, dnsw_nxdomain, 1)) < 0)
+        if ((m->nx = dnsw_int_in(message, &dnsw_attr_rcode, dnsw_nxdomain, 1)) < 0)
             goto fail;
         if (m->nx)
             continue;
-        PyObject *answers = dnsw_get(message, dnsw_attr_answers);
+        PyObject *answers = dnsw_get(message, &dnsw_attr_answers);
         int any = answers ? PyObject_IsTrue(answers) : -1;
         if (any > 0) {
             PyObject *first = PySequence_GetItem(answers, 0);
-            m->ttl = first ? dnsw_get(first, dnsw_attr_ttl) : NULL;
+            m->ttl = first ? dnsw_get(first, &dnsw_attr_ttl) : NULL;
             Py_XDECREF(first);
             any = m->ttl ? 0 : -1;
         }
@@ -1349,14 +1336,14 @@ static int dgas_fail(PyObject *failed, PyObject *pair, long long ts, Py_ssize_t 
 }
 
 /* state.<attribute> += delta for an int attribute. */
-static int dgas_add(PyObject *state, PyObject *attribute, long long delta)
+static int dgas_add(PyObject *state, dnsw_attr *attribute, long long delta)
 {
     if (!delta)
         return 0;
     PyObject *value = dnsw_get(state, attribute), *sum = NULL, *step = PyLong_FromLongLong(delta);
     if (value != NULL && step != NULL)
         sum = PyNumber_Add(value, step);
-    int status = sum ? PyObject_SetAttr(state, attribute, sum) : -1;
+    int status = sum ? PyObject_SetAttr(state, attribute->name, sum) : -1;
     Py_XDECREF(value);
     Py_XDECREF(step);
     Py_XDECREF(sum);
@@ -1391,10 +1378,10 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
         return NULL;
     }
     long long first_ns, last_ns;
-    if (dnsw_timestamp(dnsw_get(flow, dnsw_attr_first_ns), "flow first_ns", &first_ns) < 0
-        || dnsw_timestamp(dnsw_get(flow, dnsw_attr_last_ns), "flow last_ns", &last_ns) < 0)
+    if (dnsw_timestamp(dnsw_get(flow, &dnsw_attr_first_ns), "flow first_ns", &first_ns) < 0
+        || dnsw_timestamp(dnsw_get(flow, &dnsw_attr_last_ns), "flow last_ns", &last_ns) < 0)
         return NULL;
-    PyObject *dns = dnsw_get(flow, dnsw_attr_dns), *seq = NULL, *agent_id = NULL, *ttls = NULL, *out = NULL;
+    PyObject *dns = dnsw_get(flow, &dnsw_attr_dns), *seq = NULL, *agent_id = NULL, *ttls = NULL, *out = NULL;
     PyObject *last_name = NULL, *last_registered = NULL, *state = NULL, *failed = NULL;
     dgas_message *messages = NULL;
     Py_ssize_t n = 0;
@@ -1405,7 +1392,7 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
     if (seq == NULL)
         return NULL;
     n = PySequence_Fast_GET_SIZE(seq);
-    if ((messages = dgas_read_messages(seq, last_ns)) == NULL || (agent_id = dnsw_get(flow, dnsw_attr_agent_id)) == NULL)
+    if ((messages = dgas_read_messages(seq, last_ns)) == NULL || (agent_id = dnsw_get(flow, &dnsw_attr_agent_id)) == NULL)
         goto done;
     /* Checked: from here on the state changes. */
     state = PyDict_GetItemWithError(agents, agent_id);
@@ -1422,7 +1409,7 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
         if (state == NULL || PyDict_SetItem(agents, agent_id, state) < 0)
             goto done;
     }
-    if ((failed = dnsw_get(state, dnsw_attr_failed)) == NULL)
+    if ((failed = dnsw_get(state, &dnsw_attr_failed)) == NULL)
         goto done;
     if (!PyDict_Check(failed)) {
         PyErr_SetString(PyExc_TypeError, "dga_scan(): state.failed must be a dict");
@@ -1490,19 +1477,19 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
         }
         Py_DECREF(pair);
     }
-    if (dgas_add(state, dnsw_attr_answers_count, answers) < 0 || dgas_add(state, dnsw_attr_failures, failures) < 0)
+    if (dgas_add(state, &dnsw_attr_answers_count, answers) < 0 || dgas_add(state, &dnsw_attr_failures, failures) < 0)
         goto done;
     if (ttls != NULL) {
-        PyObject *kept = dnsw_get(state, dnsw_attr_ttls), *ignored = NULL;
+        PyObject *kept = dnsw_get(state, &dnsw_attr_ttls), *ignored = NULL;
         if (kept != NULL)
-            ignored = PyObject_CallMethodOneArg(kept, dnsw_attr_extend, ttls);
+            ignored = PyObject_CallMethodOneArg(kept, dnsw_name_extend, ttls);
         Py_XDECREF(kept);
         if (ignored == NULL)
             goto done;
         Py_DECREF(ignored);
     }
     long long window_start;
-    if (dnsw_timestamp(dnsw_get(state, dnsw_attr_window_start), "state window_start", &window_start) < 0)
+    if (dnsw_timestamp(dnsw_get(state, &dnsw_attr_window_start), "state window_start", &window_start) < 0)
         goto done;
     int close_due = now_ns - window_start >= burst_window_ns;
     if (!close_due && !failed_any)
@@ -1532,16 +1519,16 @@ static PyObject *dnsw_intern(PyObject **slot, const char *text)
 /* Called by the module's exec slot: the strings above and the three types. */
 static int dnsw_init(PyObject *module)
 {
-    if (!dnsw_intern(&dnsw_attr_dns, "dns") || !dnsw_intern(&dnsw_attr_agent_id, "agent_id")
-        || !dnsw_intern(&dnsw_attr_flow_id, "flow_id") || !dnsw_intern(&dnsw_attr_first_ns, "first_ns")
-        || !dnsw_intern(&dnsw_attr_last_ns, "last_ns") || !dnsw_intern(&dnsw_attr_packets_out, "packets_out") || !dnsw_intern(&dnsw_attr_timestamp_ns, "timestamp_ns")
-        || !dnsw_intern(&dnsw_attr_is_response, "is_response") || !dnsw_intern(&dnsw_attr_rcode, "rcode")
-        || !dnsw_intern(&dnsw_attr_qname, "qname") || !dnsw_intern(&dnsw_attr_qtype, "qtype")
-        || !dnsw_intern(&dnsw_attr_score, "score") || !dnsw_intern(&dnsw_attr_answers, "answers")
-        || !dnsw_intern(&dnsw_attr_ttl, "ttl") || !dnsw_intern(&dnsw_attr_failed, "failed")
-        || !dnsw_intern(&dnsw_attr_answers_count, "answers") || !dnsw_intern(&dnsw_attr_failures, "failures")
-        || !dnsw_intern(&dnsw_attr_ttls, "ttls") || !dnsw_intern(&dnsw_attr_extend, "extend")
-        || !dnsw_intern(&dnsw_attr_window_start, "window_start") || !dnsw_intern(&dnsw_xn, "xn--"))
+    if (!dnsw_intern(&dnsw_attr_dns.name, "dns") || !dnsw_intern(&dnsw_attr_agent_id.name, "agent_id")
+        || !dnsw_intern(&dnsw_attr_flow_id.name, "flow_id") || !dnsw_intern(&dnsw_attr_first_ns.name, "first_ns")
+        || !dnsw_intern(&dnsw_attr_last_ns.name, "last_ns") || !dnsw_intern(&dnsw_attr_packets_out.name, "packets_out") || !dnsw_intern(&dnsw_attr_timestamp_ns.name, "timestamp_ns")
+        || !dnsw_intern(&dnsw_attr_is_response.name, "is_response") || !dnsw_intern(&dnsw_attr_rcode.name, "rcode")
+        || !dnsw_intern(&dnsw_attr_qname.name, "qname") || !dnsw_intern(&dnsw_attr_qtype.name, "qtype")
+        || !dnsw_intern(&dnsw_attr_score.name, "score") || !dnsw_intern(&dnsw_attr_answers.name, "answers")
+        || !dnsw_intern(&dnsw_attr_ttl.name, "ttl") || !dnsw_intern(&dnsw_attr_failed.name, "failed")
+        || !dnsw_intern(&dnsw_attr_answers_count.name, "answers") || !dnsw_intern(&dnsw_attr_failures.name, "failures")
+        || !dnsw_intern(&dnsw_attr_ttls.name, "ttls") || !dnsw_intern(&dnsw_name_extend, "extend")
+        || !dnsw_intern(&dnsw_attr_window_start.name, "window_start") || !dnsw_intern(&dnsw_xn, "xn--"))
         return -1;
     for (int i = 0; i < 6; i++) {
         if (!dnsw_intern(&dnsw_local_suffixes[i], dnsw_local_suffix_texts[i]))
