@@ -217,18 +217,29 @@ static int dnsw_flat_entropy(PyObject *sub, long long *flat_len, double *entropy
     Py_ssize_t n = PyUnicode_GET_LENGTH(sub);
     if (PyUnicode_KIND(sub) == PyUnicode_1BYTE_KIND) {
         const unsigned char *data = PyUnicode_1BYTE_DATA(sub);
-        Py_ssize_t counts[256] = {0};
-        for (Py_ssize_t i = 0; i < n; i++)
-            counts[data[i]]++;
-        Py_ssize_t flat = n - counts['.'];
-        counts['.'] = 0;
+        /* Only the symbols between the lowest and the highest seen are cleared and summed (ascending order). */
+        unsigned lo = 256, hi = 0;
+        Py_ssize_t flat = 0, counts[256];
+        for (Py_ssize_t i = 0; i < n; i++) {
+            unsigned c = data[i];
+            if (c == '.')
+                continue;
+            flat++;
+            lo = c < lo ? c : lo;
+            hi = c > hi ? c : hi;
+        }
         *flat_len = flat;
         if (flat == 0) {
             *entropy = 0.0;
             return 0;
         }
+        memset(&counts[lo], 0, (hi - lo + 1) * sizeof(counts[0]));
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (data[i] != '.')
+                counts[data[i]]++;
+        }
         double weighted = 0.0;
-        for (int s = 0; s < 256; s++) {
+        for (unsigned s = lo; s <= hi; s++) {
             if (counts[s] > 1)
                 weighted += (double)counts[s] * log2((double)counts[s]);
         }
@@ -977,50 +988,44 @@ static int dnsw_count_queries(DnsScannerObject *s, AgentDnsObject *a, long long 
 static int dnsw_expire_domains(DnsScannerObject *s, AgentDnsObject *a, long long now_ns)
 {
     long long horizon = now_ns - s->dga_window_ns;
-    PyObject *gone = PyList_New(0), *key, *value;
-    if (gone == NULL)
-        return -1;
+    PyObject *gone = NULL, *key, *value;  /* made only when a domain leaves: most flows find the oldest in the window */
     Py_ssize_t pos = 0;
     double score;
+    int status = -1;
     while (PyDict_Next(a->domains, &pos, &key, &value)) {
         if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2) {
             PyErr_SetString(PyExc_TypeError, "AgentDns.domains values must be (ts, score) tuples");
-            Py_DECREF(gone);
-            return -1;
+            goto done;
         }
         long long seen = PyLong_AsLongLong(PyTuple_GET_ITEM(value, 0));
-        if ((seen == -1 && PyErr_Occurred()) || dnsw_score_of(value, &score) < 0) {
-            Py_DECREF(gone);
-            return -1;
-        }
+        if ((seen == -1 && PyErr_Occurred()) || dnsw_score_of(value, &score) < 0)
+            goto done;
         if (seen >= horizon)
             break;
-        if (PyList_Append(gone, key) < 0) {
-            Py_DECREF(gone);
-            return -1;
-        }
+        if ((gone == NULL && (gone = PyList_New(0)) == NULL) || PyList_Append(gone, key) < 0)
+            goto done;
         if (score >= a->threshold)
             a->suspicious--;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(gone); i++) {
-        if (PyDict_DelItem(a->domains, PyList_GET_ITEM(gone, i)) < 0) {
-            Py_DECREF(gone);
-            return -1;
-        }
+    for (Py_ssize_t i = 0; gone != NULL && i < PyList_GET_SIZE(gone); i++) {
+        if (PyDict_DelItem(a->domains, PyList_GET_ITEM(gone, i)) < 0)
+            goto done;
     }
-    Py_DECREF(gone);
     if (a->threshold != s->name_threshold) {
         a->threshold = s->name_threshold;
         long long count = 0;
         pos = 0;
         while (PyDict_Next(a->domains, &pos, &key, &value)) {
             if (dnsw_score_of(value, &score) < 0)
-                return -1;
+                goto done;
             count += score >= s->name_threshold;
         }
         a->suspicious = count;
     }
-    return 0;
+    status = 0;
+done:
+    Py_XDECREF(gone);
+    return status;
 }
 
 /* The test at the start of DnsAnalyzer._judge_flood, with the same arithmetic: may a flood detector fire? */

@@ -67,6 +67,7 @@ class DgaSignals:
     def __init__(self, domains: RegisteredDomains, words: WordModel, max_agents: int = _MAX_AGENTS,
                  max_domains: int = _MAX_DOMAINS, max_per_agent: int = _MAX_PER_AGENT) -> None:
         self._domains = domains
+        self._split_memo, self._split = domains.memo, domains.split
         self._max_agents = max_agents
         self._max_domains = max_domains  # registered domains whose askers are counted
         self._max_per_agent = max_per_agent  # failed registered domains kept per agent
@@ -99,8 +100,8 @@ class DgaSignals:
                                  self._max_agents, self._max_per_agent, self._max_domains)
             self._configured = config
         try:
-            return dga_scan(flow, self._agents, self._new_state, self._askers, self._domains.memo,  # type: ignore[no-any-return]
-                            self._domains.split, *self._scan_config)
+            return dga_scan(flow, self._agents, self._new_state, self._askers, self._split_memo,  # type: ignore[no-any-return]
+                            self._split, *self._scan_config)
         except ValueError:
             # Ingestion replaces timestamps from the future: a record from elsewhere, counted and skipped
             # (checked before any state changed).
@@ -138,7 +139,8 @@ class DgaSignals:
             if failed[first][0] >= horizon:
                 break
             del failed[first]
-        unknown = [(d, label) for d, (_, label) in failed.items() if not self._is_common(d, c.common_domain_agents)]
+        askers, cap = self._askers, c.common_domain_agents  # _is_common, inlined: this runs over every failure
+        unknown = [(d, label) for d, (_, label) in failed.items() if (entry := askers.get(d)) is None or len(entry[1]) < cap]
         count = len(unknown)
         if count < min(c.burst_min_domains, c.lexical_min_domains):
             return []
