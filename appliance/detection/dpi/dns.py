@@ -104,6 +104,12 @@ class DnsAnalyzer:
         by_volume = unique >= c.min_unique_subdomains and w.unique_bytes >= c.min_name_bytes and mean_len >= c.min_mean_subdomain_length / 2
         if not (by_names or by_volume):
             return []
+        # The throttle next (in the same order as ever), the evidence only for what will be reported.
+        interval = config.detectors.report_interval_s
+        names_due = by_names and self._throttle.allow(("tun_names", flow.agent_id, registered), now_ns, interval)
+        volume_due = by_volume and self._throttle.allow(("tun_volume", flow.agent_id, registered), now_ns, interval)
+        if not (names_due or volume_due):
+            return []
         evidence = {
             "registered_domain": registered, "queries": n, "unique_subdomains": unique,
             "mean_subdomain_length": round(mean_len, 1), "mean_label_entropy": round(mean_entropy, 2),
@@ -111,27 +117,24 @@ class DnsAnalyzer:
             "window_s": c.window_s, "sample_names": [s + "." + registered for s in list(w.subdomains)[-3:]],
         }
         out = []
-        interval = config.detectors.report_interval_s
         common = dict(agent_id=flow.agent_id, indicator=registered, protocol="dns", transport="udp",
                       flow_ids=list(w.flow_ids), first_ns=w.first_event_ns, last_ns=now_ns,
                       remote_ip=ip_str(flow.remote_ip), domain=registered)
-        if by_names:
-            if self._throttle.allow(("tun_names", flow.agent_id, registered), now_ns, interval):
-                confidence = (0.45 + 0.25 * ramp(mean_len, c.min_mean_subdomain_length, 3 * c.min_mean_subdomain_length)
-                              + 0.2 * ramp(mean_entropy, c.min_label_entropy, 4.5)
-                              + (0.1 if qtype_share >= c.suspicious_qtype_share else 0.0))
-                reason = (f"{unique} unique subdomains of {registered} averaging {mean_len:.0f} characters "
-                          f"at {mean_entropy:.1f} bits/char")
-                out.append(make_detection("dpi.dns.tunnel_names", Category.DNS_TUNNELING, confidence, Severity.HIGH,
-                                          evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
-        if by_volume:
-            if self._throttle.allow(("tun_volume", flow.agent_id, registered), now_ns, interval):
-                confidence = (0.4 + 0.35 * ramp(w.unique_bytes, c.min_name_bytes, 10 * c.min_name_bytes)
-                              + 0.15 * ramp(unique, c.min_unique_subdomains, 10 * c.min_unique_subdomains)
-                              + (0.1 if qtype_share >= c.suspicious_qtype_share else 0.0))
-                reason = f"{w.unique_bytes} bytes of unique query names to {registered} within {c.window_s:.0f} s"
-                out.append(make_detection("dpi.dns.tunnel_volume", Category.DNS_TUNNELING, confidence, Severity.HIGH,
-                                          evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        if names_due:
+            confidence = (0.45 + 0.25 * ramp(mean_len, c.min_mean_subdomain_length, 3 * c.min_mean_subdomain_length)
+                          + 0.2 * ramp(mean_entropy, c.min_label_entropy, 4.5)
+                          + (0.1 if qtype_share >= c.suspicious_qtype_share else 0.0))
+            reason = (f"{unique} unique subdomains of {registered} averaging {mean_len:.0f} characters "
+                      f"at {mean_entropy:.1f} bits/char")
+            out.append(make_detection("dpi.dns.tunnel_names", Category.DNS_TUNNELING, confidence, Severity.HIGH,
+                                      evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        if volume_due:
+            confidence = (0.4 + 0.35 * ramp(w.unique_bytes, c.min_name_bytes, 10 * c.min_name_bytes)
+                          + 0.15 * ramp(unique, c.min_unique_subdomains, 10 * c.min_unique_subdomains)
+                          + (0.1 if qtype_share >= c.suspicious_qtype_share else 0.0))
+            reason = f"{w.unique_bytes} bytes of unique query names to {registered} within {c.window_s:.0f} s"
+            out.append(make_detection("dpi.dns.tunnel_volume", Category.DNS_TUNNELING, confidence, Severity.HIGH,
+                                      evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
         return out
 
     def _judge_dga(self, flow: FlowRecord, agent: AgentDns, resolver: str, now_ns: int,
@@ -159,29 +162,33 @@ class DnsAnalyzer:
             return out
         suspicious = [(d, s) for d, (_, s) in domains.items() if s >= c.name_threshold]
         share = len(suspicious) / total if total else 0.0
+        interval = config.detectors.report_interval_s
+        dga_due = len(suspicious) >= c.min_suspicious_domains and share >= c.min_suspicious_share and \
+            self._throttle.allow(("dga", flow.agent_id, resolver), now_ns, interval)
+        nx_due = answered >= c.nxdomain_min_responses and nx_ratio >= c.nxdomain_ratio and \
+            self._throttle.allow(("nx", flow.agent_id, resolver), now_ns, interval)
+        if not (dga_due or nx_due):
+            return out
         evidence = {
             "suspicious_domains": len(suspicious), "domains_in_window": total, "suspicious_share": round(share, 2),
             "mean_score": round(sum(s for _, s in suspicious) / len(suspicious), 2),
             "nxdomain_ratio": round(nx_ratio, 2), "responses": answered, "resolver": resolver,
             "sample_domains": [d for d, _ in suspicious[-8:]], "window_s": c.window_s,
         }
-        interval = config.detectors.report_interval_s
         common = dict(agent_id=flow.agent_id, indicator=resolver, protocol="dns", transport="udp",
                       flow_ids=list(agent.flow_ids), first_ns=max(horizon, flow.first_ns - int(c.window_s * _NS)),
                       last_ns=now_ns, remote_ip=resolver)
-        if len(suspicious) >= c.min_suspicious_domains and share >= c.min_suspicious_share:
-            if self._throttle.allow(("dga", flow.agent_id, resolver), now_ns, interval):
-                confidence = 0.5 + 0.3 * ramp(len(suspicious), c.min_suspicious_domains, 4 * c.min_suspicious_domains) \
-                    + 0.2 * ramp(evidence["mean_score"], c.name_threshold, 0.9)  # type: ignore[arg-type]
-                reason = f"{len(suspicious)} algorithmically generated-looking domains in {c.window_s:.0f} s"
-                out.append(make_detection("dpi.dns.dga", Category.DGA, confidence, Severity.HIGH,
-                                          evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
-        if answered >= c.nxdomain_min_responses and nx_ratio >= c.nxdomain_ratio:
-            if self._throttle.allow(("nx", flow.agent_id, resolver), now_ns, interval):
-                confidence = 0.35 + 0.4 * ramp(nx_ratio, c.nxdomain_ratio, 0.95)
-                reason = f"{nx_ratio:.0%} of {answered} answers were NXDOMAIN"
-                out.append(make_detection("dpi.dns.nxdomain", Category.DGA, confidence, Severity.MEDIUM,
-                                          evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        if dga_due:
+            confidence = 0.5 + 0.3 * ramp(len(suspicious), c.min_suspicious_domains, 4 * c.min_suspicious_domains) \
+                + 0.2 * ramp(evidence["mean_score"], c.name_threshold, 0.9)  # type: ignore[arg-type]
+            reason = f"{len(suspicious)} algorithmically generated-looking domains in {c.window_s:.0f} s"
+            out.append(make_detection("dpi.dns.dga", Category.DGA, confidence, Severity.HIGH,
+                                      evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        if nx_due:
+            confidence = 0.35 + 0.4 * ramp(nx_ratio, c.nxdomain_ratio, 0.95)
+            reason = f"{nx_ratio:.0%} of {answered} answers were NXDOMAIN"
+            out.append(make_detection("dpi.dns.nxdomain", Category.DGA, confidence, Severity.MEDIUM,
+                                      evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
         return out
 
     def _judge_flood(self, flow: FlowRecord, agent: AgentDns, resolver: str, now_ns: int,
@@ -198,21 +205,25 @@ class DnsAnalyzer:
         warm = agent.base_n >= c.warmup_buckets
         if rate < c.absolute_qps and not (warm and rate >= c.baseline_min_qps and z >= c.baseline_z):
             return []
+        interval = config.detectors.report_interval_s
+        rate_due = rate >= c.absolute_qps and self._throttle.allow(("flood_abs", flow.agent_id, resolver), now_ns, interval)
+        z_due = warm and rate >= c.baseline_min_qps and z >= c.baseline_z and \
+            self._throttle.allow(("flood_z", flow.agent_id, resolver), now_ns, interval)
+        if not (rate_due or z_due):
+            return []
         evidence = {"queries_per_s": round(rate, 1), "bucket_s": c.bucket_s, "baseline_mean_qps": round(agent.base_mean, 2),
                     "baseline_std_qps": round(std, 2), "baseline_buckets": agent.base_n, "z_score": round(z, 1),
                     "absolute_qps": c.absolute_qps, "resolver": resolver}
-        interval = config.detectors.report_interval_s
         common = dict(agent_id=flow.agent_id, indicator=resolver, protocol="dns", transport="udp",
                       flow_ids=list(agent.flow_ids), first_ns=agent.top_bucket * int(c.bucket_s * _NS),
                       last_ns=now_ns, remote_ip=resolver)
         out: list[Detection] = []
-        if rate >= c.absolute_qps and self._throttle.allow(("flood_abs", flow.agent_id, resolver), now_ns, interval):
+        if rate_due:
             confidence = 0.55 + 0.4 * ramp(rate, c.absolute_qps, 5 * c.absolute_qps)
             reason = f"{rate:.0f} queries/s, above the {c.absolute_qps:.0f}/s ceiling"
             out.append(make_detection("dpi.dns.flood_rate", Category.DNS_FLOOD, confidence, Severity.HIGH,
                                       evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
-        if warm and rate >= c.baseline_min_qps and z >= c.baseline_z and \
-                self._throttle.allow(("flood_z", flow.agent_id, resolver), now_ns, interval):
+        if z_due:
             confidence = 0.45 + 0.4 * ramp(z, c.baseline_z, 4 * c.baseline_z)
             reason = f"{rate:.0f} queries/s is {z:.0f} standard deviations above this agent's baseline"
             out.append(make_detection("dpi.dns.flood_baseline", Category.DNS_FLOOD, confidence, Severity.MEDIUM,

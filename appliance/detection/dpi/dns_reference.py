@@ -1,20 +1,22 @@
 """The DNS detectors' per-message accounting in Python: what `dns.DnsAnalyzer` does in C, for the tests.
 
-`DnsAnalyzerReference` is `DnsAnalyzer` with this loop and these dataclasses in place of
-appliance/native/dns_windows.h; the judges (evidence, confidences, throttling) are the same code. The
-differential tests (tests/appliance/detection/test_dns_fast.py) feed both the same flows and compare every
-detection.
+`DnsAnalyzerReference` is `DnsAnalyzer` as it was before its accounting moved to C: this loop and these
+dataclasses in place of appliance/native/dns_windows.h, and the judges as they were (they built the evidence
+before the throttle decided; `DnsAnalyzer`'s ask the throttle first). The differential tests
+(tests/appliance/detection/test_dns_fast.py) feed both the same flows and compare every detection.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
 from appliance.detection.analysis_config import AnalysisConfig
-from appliance.detection.dpi.dga import shannon_entropy
+from appliance.detection.detections import make_detection
+from appliance.detection.dpi.dga import ramp, shannon_entropy
 from appliance.detection.dpi.dns import _NS, DnsAnalyzer, Scanned
-from appliance.model import DnsMessage, FlowRecord
+from appliance.model import Category, Detection, DnsMessage, FlowRecord, Severity, ip_str
 
 _SUSPICIOUS_QTYPES = frozenset({16, 10, 5})  # TXT, NULL, CNAME: the record types tunnels favour
 _NXDOMAIN = 3
@@ -189,3 +191,134 @@ class DnsAnalyzerReference(DnsAnalyzer):
         delta = value - agent.base_mean
         agent.base_mean += delta / agent.base_n
         agent.base_m2 += delta * (value - agent.base_mean)
+
+    # -- the judges as they were: evidence built before the throttle decides -----------------------
+    def _judge_tunneling(self, flow: FlowRecord, registered: str, w: _DomainWindow, now_ns: int,
+                         config: AnalysisConfig) -> list[Detection]:
+        c = config.dns_tunneling
+        n = len(w.events)
+        if n < c.min_queries:
+            return []
+        unique = len(w.subdomains)
+        mean_len = w.length_sum / n
+        mean_entropy = w.entropy_sum / n
+        qtype_share = w.suspicious_qtypes / n
+        # Decide first: most flows raise nothing, and the evidence below costs more than the test.
+        by_names = mean_len >= c.min_mean_subdomain_length and mean_entropy >= c.min_label_entropy and unique >= c.min_unique_subdomains
+        by_volume = unique >= c.min_unique_subdomains and w.unique_bytes >= c.min_name_bytes and mean_len >= c.min_mean_subdomain_length / 2
+        if not (by_names or by_volume):
+            return []
+        evidence = {
+            "registered_domain": registered, "queries": n, "unique_subdomains": unique,
+            "mean_subdomain_length": round(mean_len, 1), "mean_label_entropy": round(mean_entropy, 2),
+            "unique_name_bytes": w.unique_bytes, "txt_null_cname_share": round(qtype_share, 2),
+            "window_s": c.window_s, "sample_names": [s + "." + registered for s in list(w.subdomains)[-3:]],
+        }
+        out = []
+        interval = config.detectors.report_interval_s
+        common = dict(agent_id=flow.agent_id, indicator=registered, protocol="dns", transport="udp",
+                      flow_ids=list(w.flow_ids), first_ns=w.events[0][0], last_ns=now_ns,
+                      remote_ip=ip_str(flow.remote_ip), domain=registered)
+        if by_names:
+            if self._throttle.allow(("tun_names", flow.agent_id, registered), now_ns, interval):
+                confidence = (0.45 + 0.25 * ramp(mean_len, c.min_mean_subdomain_length, 3 * c.min_mean_subdomain_length)
+                              + 0.2 * ramp(mean_entropy, c.min_label_entropy, 4.5)
+                              + (0.1 if qtype_share >= c.suspicious_qtype_share else 0.0))
+                reason = (f"{unique} unique subdomains of {registered} averaging {mean_len:.0f} characters "
+                          f"at {mean_entropy:.1f} bits/char")
+                out.append(make_detection("dpi.dns.tunnel_names", Category.DNS_TUNNELING, confidence, Severity.HIGH,
+                                          evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        if by_volume:
+            if self._throttle.allow(("tun_volume", flow.agent_id, registered), now_ns, interval):
+                confidence = (0.4 + 0.35 * ramp(w.unique_bytes, c.min_name_bytes, 10 * c.min_name_bytes)
+                              + 0.15 * ramp(unique, c.min_unique_subdomains, 10 * c.min_unique_subdomains)
+                              + (0.1 if qtype_share >= c.suspicious_qtype_share else 0.0))
+                reason = f"{w.unique_bytes} bytes of unique query names to {registered} within {c.window_s:.0f} s"
+                out.append(make_detection("dpi.dns.tunnel_volume", Category.DNS_TUNNELING, confidence, Severity.HIGH,
+                                          evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        return out
+
+    def _judge_dga(self, flow: FlowRecord, agent: _AgentDns, resolver: str, now_ns: int,
+                   config: AnalysisConfig) -> list[Detection]:
+        c = config.dga
+        horizon = now_ns - int(c.window_s * _NS)
+        domains = agent.domains
+        while domains:
+            first = next(iter(domains))
+            seen, score = domains[first]
+            if seen >= horizon:
+                break
+            del domains[first]
+            if score >= agent.threshold:
+                agent.suspicious -= 1
+        if agent.threshold != c.name_threshold:
+            agent.threshold = c.name_threshold
+            agent.suspicious = sum(1 for _, score in domains.values() if score >= c.name_threshold)
+        total = len(domains)
+        answered = len(agent.responses)
+        nx_ratio = agent.nx_count / answered if answered else 0.0
+        out: list[Detection] = []
+        # The running count decides; the list (for evidence) is built only when it may matter.
+        if agent.suspicious < c.min_suspicious_domains / 2:
+            return out
+        suspicious = [(d, s) for d, (_, s) in domains.items() if s >= c.name_threshold]
+        share = len(suspicious) / total if total else 0.0
+        evidence = {
+            "suspicious_domains": len(suspicious), "domains_in_window": total, "suspicious_share": round(share, 2),
+            "mean_score": round(sum(s for _, s in suspicious) / len(suspicious), 2),
+            "nxdomain_ratio": round(nx_ratio, 2), "responses": answered, "resolver": resolver,
+            "sample_domains": [d for d, _ in suspicious[-8:]], "window_s": c.window_s,
+        }
+        interval = config.detectors.report_interval_s
+        common = dict(agent_id=flow.agent_id, indicator=resolver, protocol="dns", transport="udp",
+                      flow_ids=list(agent.flow_ids), first_ns=max(horizon, flow.first_ns - int(c.window_s * _NS)),
+                      last_ns=now_ns, remote_ip=resolver)
+        if len(suspicious) >= c.min_suspicious_domains and share >= c.min_suspicious_share:
+            if self._throttle.allow(("dga", flow.agent_id, resolver), now_ns, interval):
+                confidence = 0.5 + 0.3 * ramp(len(suspicious), c.min_suspicious_domains, 4 * c.min_suspicious_domains) \
+                    + 0.2 * ramp(evidence["mean_score"], c.name_threshold, 0.9)  # type: ignore[arg-type]
+                reason = f"{len(suspicious)} algorithmically generated-looking domains in {c.window_s:.0f} s"
+                out.append(make_detection("dpi.dns.dga", Category.DGA, confidence, Severity.HIGH,
+                                          evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        if answered >= c.nxdomain_min_responses and nx_ratio >= c.nxdomain_ratio:
+            if self._throttle.allow(("nx", flow.agent_id, resolver), now_ns, interval):
+                confidence = 0.35 + 0.4 * ramp(nx_ratio, c.nxdomain_ratio, 0.95)
+                reason = f"{nx_ratio:.0%} of {answered} answers were NXDOMAIN"
+                out.append(make_detection("dpi.dns.nxdomain", Category.DGA, confidence, Severity.MEDIUM,
+                                          evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        return out
+
+    def _judge_flood(self, flow: FlowRecord, agent: _AgentDns, resolver: str, now_ns: int,
+                     config: AnalysisConfig) -> list[Detection]:
+        c = config.dns_flood
+        if agent.top_bucket < 0:
+            return []
+        count = agent.buckets.get(agent.top_bucket, 0)
+        # The newest bucket may have just opened: judge the fuller of the two newest.
+        count = max(count, agent.buckets.get(agent.top_bucket - 1, 0))
+        rate = count / c.bucket_s
+        std = math.sqrt(agent.base_m2 / (agent.base_n - 1)) if agent.base_n > 1 else 0.0
+        z = (rate - agent.base_mean) / max(std, 1.0)
+        warm = agent.base_n >= c.warmup_buckets
+        if rate < c.absolute_qps and not (warm and rate >= c.baseline_min_qps and z >= c.baseline_z):
+            return []
+        evidence = {"queries_per_s": round(rate, 1), "bucket_s": c.bucket_s, "baseline_mean_qps": round(agent.base_mean, 2),
+                    "baseline_std_qps": round(std, 2), "baseline_buckets": agent.base_n, "z_score": round(z, 1),
+                    "absolute_qps": c.absolute_qps, "resolver": resolver}
+        interval = config.detectors.report_interval_s
+        common = dict(agent_id=flow.agent_id, indicator=resolver, protocol="dns", transport="udp",
+                      flow_ids=list(agent.flow_ids), first_ns=agent.top_bucket * int(c.bucket_s * _NS),
+                      last_ns=now_ns, remote_ip=resolver)
+        out: list[Detection] = []
+        if rate >= c.absolute_qps and self._throttle.allow(("flood_abs", flow.agent_id, resolver), now_ns, interval):
+            confidence = 0.55 + 0.4 * ramp(rate, c.absolute_qps, 5 * c.absolute_qps)
+            reason = f"{rate:.0f} queries/s, above the {c.absolute_qps:.0f}/s ceiling"
+            out.append(make_detection("dpi.dns.flood_rate", Category.DNS_FLOOD, confidence, Severity.HIGH,
+                                      evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        if warm and rate >= c.baseline_min_qps and z >= c.baseline_z and \
+                self._throttle.allow(("flood_z", flow.agent_id, resolver), now_ns, interval):
+            confidence = 0.45 + 0.4 * ramp(z, c.baseline_z, 4 * c.baseline_z)
+            reason = f"{rate:.0f} queries/s is {z:.0f} standard deviations above this agent's baseline"
+            out.append(make_detection("dpi.dns.flood_baseline", Category.DNS_FLOOD, confidence, Severity.MEDIUM,
+                                      evidence={**evidence, "reason": reason}, **common))  # type: ignore[arg-type]
+        return out
