@@ -26,6 +26,7 @@
  *          max_agents, max_per_agent, max_domains) -> (state, now_ns, close_due, failed_any) or None
  *     DgaSignals.analyze up to its judge (appliance/detection/dpi/dga_signals.py), the same way.
  */
+#include <string.h>
 #include <structmember.h>
 
 #define DNSW_FLOW_IDS 20
@@ -741,12 +742,21 @@ fail:
     return NULL;
 }
 
-/* Skipped by the detectors: empty, a local suffix, or no dot. */
+/* Skipped by the detectors: empty, a local suffix (str.endswith, so "xarpa" too), or no dot. */
 static int dnsw_skipped_name(PyObject *name)
 {
     Py_ssize_t n = PyUnicode_GET_LENGTH(name);
     if (n == 0)
         return 1;
+    if (PyUnicode_KIND(name) == PyUnicode_1BYTE_KIND) {  /* every name ingestion makes: bytes compared in place */
+        const char *data = (const char *)PyUnicode_1BYTE_DATA(name);
+        for (int i = 0; i < 6; i++) {
+            size_t len = strlen(dnsw_local_suffix_texts[i]);
+            if ((size_t)n >= len && memcmp(data + n - len, dnsw_local_suffix_texts[i], len) == 0)
+                return 1;
+        }
+        return memchr(data, '.', (size_t)n) == NULL;
+    }
     for (int i = 0; i < 6; i++) {
         Py_ssize_t match = PyUnicode_Tailmatch(name, dnsw_local_suffixes[i], 0, PY_SSIZE_T_MAX, 1);
         if (match != 0)
