@@ -167,7 +167,9 @@ class DgaSignals:
             confidence = 0.45 + 0.3 * ramp(count, c.burst_min_domains, 4 * c.burst_min_domains) + (0.1 if above_population else 0.0)
             out.append(make_detection("dpi.dns.nx_burst", Category.DGA, confidence, Severity.MEDIUM,
                                       evidence=evidence, **common))  # type: ignore[arg-type]
-        if count >= c.lexical_min_domains:
+        # Shapes cost (every DGA name is new to the word model): only when the report would not be throttled.
+        if count >= c.lexical_min_domains and \
+                self._throttle.would_allow(("dga_lexical", flow.agent_id, resolver), now_ns, interval):
             shapes = [self._words.shape(label) for _, label in unknown]
             made = [s for s in shapes if s.kind]
             share = len(made) / count
