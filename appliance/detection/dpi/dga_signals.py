@@ -139,6 +139,12 @@ class DgaSignals:
             if failed[first][0] >= horizon:
                 break
             del failed[first]
+        resolver = ip_str(flow.remote_ip)
+        interval = config.detectors.report_interval_s
+        # Both reports throttled (most failing flows of a DGA host): nothing below could report or change state.
+        if not (self._throttle.would_allow(("nx_burst", flow.agent_id, resolver), now_ns, interval)
+                or self._throttle.would_allow(("dga_lexical", flow.agent_id, resolver), now_ns, interval)):
+            return []
         askers, cap = self._askers, c.common_domain_agents  # _is_common, inlined: this runs over every failure
         unknown = [(d, label) for d, (_, label) in failed.items() if (entry := askers.get(d)) is None or len(entry[1]) < cap]
         count = len(unknown)
@@ -146,8 +152,6 @@ class DgaSignals:
             return []
         threshold = max(float(c.burst_min_domains), c.burst_baseline_factor * state.baseline)
         share = state.failures / state.answers if state.answers else 0.0
-        resolver = ip_str(flow.remote_ip)
-        interval = config.detectors.report_interval_s
         common = dict(agent_id=flow.agent_id, indicator=resolver, protocol="dns", transport="udp",
                       flow_ids=[flow.flow_id], first_ns=max(horizon, failed[next(iter(failed))][0]),
                       last_ns=now_ns, remote_ip=resolver)
