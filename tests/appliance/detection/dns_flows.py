@@ -10,6 +10,7 @@ an hour of flood buckets, and a few agents so that windows and bounds fill up.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -158,11 +159,14 @@ def agent_state(analyzer: DnsAnalyzer) -> dict[str, tuple[Any, ...]]:
             for agent_id, a in analyzer._agents.items()}
 
 
-def assert_same(flows: list[FlowRecord], configs: dict[int, AnalysisConfig] | None = None, max_keys: int = 100_000,
-                max_events: int = 4096, state_every: int = 0) -> int:
-    """Feed both analyzers every flow (switching config at the given flow indexes); the same detections after
+def dns_state(analyzer: DnsAnalyzer) -> tuple[Any, ...]:
+    return window_state(analyzer), agent_state(analyzer)
+
+
+def _compare(fast: Any, reference: Any, state: Callable[[Any], Any], flows: list[FlowRecord],
+             configs: dict[int, AnalysisConfig] | None, state_every: int) -> int:
+    """Feed both detectors every flow (switching config at the given flow indexes); the same detections after
     every flow, the same state every `state_every` flows and at the end. Returns how many detections."""
-    fast, reference = analyzers(max_keys, max_events)
     config = AnalysisConfig()
     found = 0
     for i, flow in enumerate(flows):
@@ -171,9 +175,14 @@ def assert_same(flows: list[FlowRecord], configs: dict[int, AnalysisConfig] | No
         assert got == want, f"flow {i} ({flow.flow_id}) differs"
         found += len(got)
         if (state_every and i % state_every == 0) or i == len(flows) - 1:
-            assert window_state(fast) == window_state(reference), f"windows differ after flow {i}"
-            assert agent_state(fast) == agent_state(reference), f"agents differ after flow {i}"
+            assert state(fast) == state(reference), f"state differs after flow {i}"
     return found
+
+
+def assert_same(flows: list[FlowRecord], configs: dict[int, AnalysisConfig] | None = None, max_keys: int = 100_000,
+                max_events: int = 4096, state_every: int = 0) -> int:
+    """`DnsAnalyzer` against its reference on `flows` (see `_compare`)."""
+    return _compare(*analyzers(max_keys, max_events), dns_state, flows, configs, state_every)
 
 
 def dga_state(signals: DgaSignals) -> tuple[Any, ...]:
@@ -186,15 +195,5 @@ def dga_state(signals: DgaSignals) -> tuple[Any, ...]:
 
 def assert_same_dga(flows: list[FlowRecord], configs: dict[int, AnalysisConfig] | None = None,
                     bounds: tuple[int, int, int] = (100_000, 200_000, 256), state_every: int = 0) -> int:
-    """As `assert_same`, for the DGA signals."""
-    fast, reference = dga_analyzers(*bounds)
-    config = AnalysisConfig()
-    found = 0
-    for i, flow in enumerate(flows):
-        config = (configs or {}).get(i, config)
-        got, want = as_dicts(fast.analyze(flow, config)), as_dicts(reference.analyze(flow, config))
-        assert got == want, f"flow {i} ({flow.flow_id}) differs"
-        found += len(got)
-        if (state_every and i % state_every == 0) or i == len(flows) - 1:
-            assert dga_state(fast) == dga_state(reference), f"DGA state differs after flow {i}"
-    return found
+    """`DgaSignals` against its reference on `flows` (see `_compare`)."""
+    return _compare(*dga_analyzers(*bounds), dga_state, flows, configs, state_every)
