@@ -1,17 +1,20 @@
 /*
- * The per-message accounting of the DNS detectors (appliance/detection/dpi/dns.py) in C; included by dpi.c.
+ * The per-message accounting of the DNS detectors (appliance/detection/dpi/dns.py and dga_signals.py) in C;
+ * included by dpi.c.
  *
  * DnsAnalyzer spent ~27 us per DNS flow of the bench corpus in Python, most of it in the loop over the
  * flow's messages: a sliding window of events per (agent, registered domain), the agent's answers window
- * and its scored domains. Here that loop is one call per flow (DnsScanner.scan); the judges, which build
- * evidence and run once per flow, stay in Python and read the state through the members below.
- * appliance/detection/dpi/dns_reference.py is the Python twin the tests hold this to.
+ * and its scored domains; DgaSignals looped over the same messages again. Here each loop is one call per
+ * flow (DnsScanner.scan, dga_scan); the judges, which build evidence, stay in Python, run only when one can
+ * fire, and read the state through the members below. dpi/dns_reference.py and dpi/dga_signals_reference.py
+ * are the Python twins the tests hold this to.
  *
  * Names are chosen by attackers: every table keyed by a name is a Python dict (str hashes are SipHash,
  * keyed per process), never a C hash table. The bounds are the caller's (max_keys, max_events) and the
  * 20 flow ids of a deque(maxlen=20). Timestamps are int64 nanoseconds in [0, 2**62) (ingestion
- * replaces future ones); scan() checks every one of a flow before it changes anything and raises
- * ValueError for a flow outside that range, so int64 arithmetic (ts - window, at most 7 days) cannot wrap.
+ * replaces future ones); the scans check every one of a flow before they change anything and raise
+ * ValueError for a flow outside that range (or with last_ns before first_ns), so int64 arithmetic
+ * (ts - window, at most 7 days) cannot wrap.
  *
  * DomainWindow(first_ns=0)   queries under one registered domain by one agent, inside the window
  * AgentDns()                 one agent's scored domains, answers window, query-rate buckets and baseline
