@@ -45,14 +45,12 @@ def detector_costs(flows: list, corpus_flows: int) -> dict[str, float]:
     from appliance.detection.dpi.dns_reference import DnsAnalyzerReference
 
     config = AnalysisConfig()
-    scorer = NameScorer.load()
-    words = WordModel.load(scorer)
     out: dict[str, float] = {}
     for name, dns_type, dga_type in (("c", DnsAnalyzer, DgaSignals), ("python", DnsAnalyzerReference, DgaSignalsReference)):
         times = []
         for _ in range(ROUNDS):
-            scorer.memo.clear()
-            words._cache.clear()
+            scorer = NameScorer.load()  # new models and memos, as a new analysis process has
+            words = WordModel.load(scorer)
             domains = RegisteredDomains()
             dns, dga = dns_type(domains, scorer), dga_type(domains, words)
             start = time.perf_counter()
