@@ -39,3 +39,8 @@ class Throttle:
             self._last.clear()
         self._last[key] = now_ns
         return True
+
+    def would_allow(self, key: tuple[str, ...], now_ns: int, interval_s: float) -> bool:
+        """What `allow` would answer now, recording nothing (a refusal records nothing either)."""
+        last = self._last.get(key)
+        return not (last is not None and now_ns - last < interval_s * 1e9 and now_ns >= last)

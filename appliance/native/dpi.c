@@ -16,6 +16,14 @@
  * client_hello_texts(hello) -> (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)
  * server_hello_texts(hello) -> (ja4s head, ja4s extensions)
  *     The same strings from a ClientHello/ServerHello object (its integers must be 16-bit, its ALPN bytes).
+ *
+ * DomainWindow, AgentDns, DnsScanner, dga_scan
+ *     The DNS detectors' per-message accounting (dns_windows.h, the twin of dpi/dns_reference.py and
+ *     dpi/dga_signals_reference.py).
+ * label_features(label, logp, floor, unseen) -> (loglik, letters, digits, consonants, longest consonant run)
+ *     NameScorer.features' per-character work (dpi/dga.py), held to its Python twin by tests/appliance/native/test_dpi.py.
+ * SuffixSplitter
+ *     RegisteredDomains.split: registered domains by the public suffix list's rules (suffix_split.h).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -90,6 +98,71 @@ static PyObject *shannon_entropy(PyObject *module, PyObject *text)
     PyBuffer_Release(&view);
     return PyFloat_FromDouble(value);
 }
+
+/* NameScorer.features' per-character work (dpi/dga.py, label_counts_reference and loglik_reference):
+ * the mean trigram log-likelihood of "^^" + label + "$" (each trigram's log-probability, else its context's
+ * floor, else `unseen`, summed in order), then the counts of letters, digits and consonants (str.isalpha,
+ * str.isdigit, not in "aeiouy") and the longest run of consonants. */
+static PyObject *label_features(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1]) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "label_features(label: str, logp: dict, floor: dict, unseen: float)");
+        return NULL;
+    }
+    PyObject *label = args[0], *logp = args[1], *floor = args[2];
+    double unseen = PyFloat_AsDouble(args[3]);
+    if (unseen == -1.0 && PyErr_Occurred())
+        return NULL;
+    PyObject *begin = PyUnicode_FromString("^^"), *end = PyUnicode_FromString("$"), *head = NULL, *text = NULL;
+    if (begin && end && (head = PyUnicode_Concat(begin, label)) != NULL)
+        text = PyUnicode_Concat(head, end);
+    Py_XDECREF(begin);
+    Py_XDECREF(end);
+    Py_XDECREF(head);
+    if (text == NULL)
+        return NULL;
+    Py_ssize_t grams = PyUnicode_GET_LENGTH(text) - 2;
+    double total = 0.0;
+    for (Py_ssize_t i = 0; i < grams; i++) {
+        PyObject *gram = PyUnicode_Substring(text, i, i + 3), *context = NULL;
+        PyObject *value = gram ? PyDict_GetItemWithError(logp, gram) : NULL;
+        if (value == NULL && gram != NULL && !PyErr_Occurred()) {
+            context = PyUnicode_Substring(gram, 0, 2);
+            value = context ? PyDict_GetItemWithError(floor, context) : NULL;
+        }
+        double v = value != NULL ? PyFloat_AsDouble(value) : unseen;
+        Py_XDECREF(gram);
+        Py_XDECREF(context);
+        if (PyErr_Occurred()) {
+            Py_DECREF(text);
+            return NULL;
+        }
+        total += v;
+    }
+    Py_DECREF(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(label), letters = 0, digits = 0, consonants = 0, run = 0, best = 0;
+    int kind = PyUnicode_KIND(label);
+    const void *data = PyUnicode_DATA(label);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        int alpha = Py_UNICODE_ISALPHA(c);
+        digits += Py_UNICODE_ISDIGIT(c) != 0;
+        if (alpha && !(c == 'a' || c == 'e' || c == 'i' || c == 'o' || c == 'u' || c == 'y')) {
+            letters++;
+            consonants++;
+            run++;
+            best = run > best ? run : best;
+        }
+        else {
+            letters += alpha != 0;
+            run = 0;
+        }
+    }
+    return Py_BuildValue("(dnnnn)", total / (double)grams, letters, digits, consonants, best);
+}
+
+#include "dns_windows.h"
+#include "suffix_split.h"
 
 static PyObject *ascii_text(const char *text, size_t len)
 {
@@ -412,6 +485,12 @@ static PyMethodDef dpi_functions[] = {
      "client_hello_texts(hello) -> (ja4 head, ja4 ciphers, ja4 extensions, ja3 string) of a ClientHello."},
     {"server_hello_texts", server_hello_texts, METH_O,
      "server_hello_texts(hello) -> (ja4s head, ja4s extensions) of a ServerHello."},
+    {"dga_scan", (PyCFunction)(void (*)(void))dga_scan, METH_FASTCALL,
+     "dga_scan(flow, agents, make_state, askers, split_memo, split, cap, prevalence_window_ns, burst_window_ns, "
+     "max_agents, max_per_agent, max_domains) -> (state, now_ns, close_due, failed_any) or None: DgaSignals up to its judge."},
+    {"label_features", (PyCFunction)(void (*)(void))label_features, METH_FASTCALL,
+     "label_features(label, logp, floor, unseen) -> (mean trigram log-likelihood, letters, digits, consonants, "
+     "longest consonant run): NameScorer.features' per-character work."},
     {"shannon_entropy", shannon_entropy, METH_O,
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},
     {NULL, NULL, 0, NULL},
@@ -425,7 +504,9 @@ static int dpi_exec(PyObject *module)
         if (state->names[i] == NULL)
             return -1;
     }
-    return 0;
+    if (sfx_init(module) < 0)
+        return -1;
+    return dnsw_init(module);
 }
 
 static int dpi_clear(PyObject *module)

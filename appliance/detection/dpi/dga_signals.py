@@ -20,6 +20,7 @@ Evidence names the domains, their kinds, their segmentation, and the resolved an
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -29,11 +30,14 @@ from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import ramp
 from appliance.detection.dpi.dga_words import LabelShape, WordModel
 from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
+from appliance.native.dpi import dga_scan
+
+_log = logging.getLogger(__name__)
+# (the agent's state, newest timestamp, burst window due to close, a name failed)
+Scanned = tuple["_AgentFailures", int, bool, bool]
 
 _NS = 1_000_000_000
-# NXDOMAIN only: a resolver outage answers SERVFAIL for every name of every host, which is no DGA.
-_FAILED_RCODES = frozenset({3})
-_LOCAL_SUFFIXES = ("arpa", "local", "lan", "internal", "localdomain", "home")
+# NXDOMAIN only (dns_windows.h, dga_scan): a resolver outage answers SERVFAIL for every name of every host, which is no DGA.
 _MAX_AGENTS = 100_000
 _MAX_DOMAINS = 200_000
 _MAX_PER_AGENT = 256  # far above any threshold; bounds the work of one judgement
@@ -54,63 +58,61 @@ class _AgentFailures:
 
 
 class DgaSignals:
-    """The NXDOMAIN-burst and lexical DGA detectors, fed the DNS messages of finished flows."""
+    """The NXDOMAIN-burst and lexical DGA detectors, fed the DNS messages of finished flows.
 
-    def __init__(self, domains: RegisteredDomains, words: WordModel) -> None:
+    The loop over a flow's messages is one C call (`dga_scan`, appliance/native/dns_windows.h); its Python
+    twin is `dga_signals_reference.DgaSignalsReference`, which the tests hold it to.
+    """
+
+    def __init__(self, domains: RegisteredDomains, words: WordModel, max_agents: int = _MAX_AGENTS,
+                 max_domains: int = _MAX_DOMAINS, max_per_agent: int = _MAX_PER_AGENT) -> None:
         self._domains = domains
+        self._split_memo, self._split = domains.memo, domains.split
+        self._max_agents = max_agents
+        self._max_domains = max_domains  # registered domains whose askers are counted
+        self._max_per_agent = max_per_agent  # failed registered domains kept per agent
         self._words = words
         self._agents: dict[str, _AgentFailures] = {}
         self._askers: dict[str, list] = {}  # registered -> [last ts, agents asking (capped)]
         self._population_share = 0.0  # running mean of the agents' NXDOMAIN share per closed window
         self._population_windows = 0
         self._throttle = Throttle()
+        self._configured: AnalysisConfig | None = None
+        self._scan_config: tuple[int, float, int, int, int, int] = (0, 0.0, 0, 0, 0, 0)
+        self.out_of_range_flows = 0  # flows with a timestamp outside [0, 2**62): skipped, never seen by ingestion
 
     def analyze(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
-        c = config.dga
-        agent_id = flow.agent_id
-        state = self._agents.get(agent_id)
-        if state is None:
-            if len(self._agents) >= _MAX_AGENTS:
-                self._agents.clear()
-            state = self._agents[agent_id] = _AgentFailures(window_start=flow.first_ns)
-        failed_any = False
-        now_ns = flow.first_ns
-        last_registered = ""
-        split = self._domains.split
-        for message in flow.dns:
-            name = message.qname
-            if not name:
-                continue
-            ts = message.timestamp_ns or flow.last_ns
-            if ts > now_ns:
-                now_ns = ts
-            if message.is_response:
-                state.answers += 1
-                if message.rcode in _FAILED_RCODES:
-                    state.failures += 1
-                    if "." not in name or name.endswith(_LOCAL_SUFFIXES):
-                        continue
-                    registered, label = split(name)
-                    failed = state.failed
-                    failed.pop(registered, None)  # re-insert: insertion order stays time order
-                    failed[registered] = (ts, label)
-                    if len(failed) > _MAX_PER_AGENT:
-                        del failed[next(iter(failed))]
-                    failed_any = True
-                elif message.answers:
-                    state.ttls.append(message.answers[0].ttl)
-                continue
-            if "." not in name or name.endswith(_LOCAL_SUFFIXES):
-                continue
-            registered = split(name)[0]
-            if registered != last_registered:  # a flow's many names under one domain count once
-                last_registered = registered
-                self._count_asker(registered, agent_id, ts, c.common_domain_agents, c.prevalence_window_s)
-        if now_ns - state.window_start >= int(c.burst_window_s * _NS):
-            self._close_window(state, now_ns, c.common_domain_agents)
+        scanned = self._scan(flow, config)
+        if scanned is None:  # the burst window runs on and no name failed: most flows
+            return []
+        state, now_ns, close_due, failed_any = scanned
+        if close_due:
+            self._close_window(state, now_ns, config.dga.common_domain_agents)
         if not failed_any:
             return []
         return self._judge(flow, state, now_ns, config)
+
+    def _scan(self, flow: FlowRecord, config: AnalysisConfig) -> Scanned | None:
+        """The flow's messages into its agent's failures and the domains' askers (see `dga_scan`)."""
+        if config is not self._configured:
+            c = config.dga
+            self._scan_config = (c.common_domain_agents, c.prevalence_window_s * _NS, int(c.burst_window_s * _NS),
+                                 self._max_agents, self._max_per_agent, self._max_domains)
+            self._configured = config
+        try:
+            return dga_scan(flow, self._agents, self._new_state, self._askers, self._split_memo,  # type: ignore[no-any-return]
+                            self._split, *self._scan_config)
+        except ValueError:
+            # Ingestion replaces timestamps from the future: a record from elsewhere, counted and skipped
+            # (checked before any state changed).
+            self.out_of_range_flows += 1
+            if self.out_of_range_flows == 1:
+                _log.warning("dga_flow_skipped reason=timestamp_out_of_range flow_id=%s", flow.flow_id)
+            return None
+
+    @staticmethod
+    def _new_state(first_ns: int) -> _AgentFailures:
+        return _AgentFailures(window_start=first_ns)
 
     def _close_window(self, state: _AgentFailures, now_ns: int, cap: int) -> None:
         """One value per closed window for the agent's baseline, and its NXDOMAIN share for the population."""
@@ -122,19 +124,6 @@ class DgaSignals:
             self._population_windows += 1
             self._population_share += (state.last_share - self._population_share) / min(self._population_windows, 1000)
         state.window_start, state.answers, state.failures = now_ns, 0, 0
-
-    def _count_asker(self, registered: str, agent_id: str, ts: int, cap: int, window_s: float) -> None:
-        entry = self._askers.get(registered)
-        if entry is None or ts - entry[0] > window_s * _NS:
-            if len(self._askers) >= _MAX_DOMAINS:
-                self._askers.clear()
-            self._askers[registered] = [ts, {agent_id}]
-            return
-        if ts > entry[0]:
-            entry[0] = ts
-        agents = entry[1]
-        if len(agents) < cap:
-            agents.add(agent_id)
 
     def _is_common(self, registered: str, cap: int) -> bool:
         entry = self._askers.get(registered)
@@ -150,14 +139,19 @@ class DgaSignals:
             if failed[first][0] >= horizon:
                 break
             del failed[first]
-        unknown = [(d, label) for d, (_, label) in failed.items() if not self._is_common(d, c.common_domain_agents)]
+        resolver = ip_str(flow.remote_ip)
+        interval = config.detectors.report_interval_s
+        # Both reports throttled (most failing flows of a DGA host): nothing below could report or change state.
+        if not (self._throttle.would_allow(("nx_burst", flow.agent_id, resolver), now_ns, interval)
+                or self._throttle.would_allow(("dga_lexical", flow.agent_id, resolver), now_ns, interval)):
+            return []
+        askers, cap = self._askers, c.common_domain_agents  # _is_common, inlined: this runs over every failure
+        unknown = [(d, label) for d, (_, label) in failed.items() if (entry := askers.get(d)) is None or len(entry[1]) < cap]
         count = len(unknown)
         if count < min(c.burst_min_domains, c.lexical_min_domains):
             return []
         threshold = max(float(c.burst_min_domains), c.burst_baseline_factor * state.baseline)
         share = state.failures / state.answers if state.answers else 0.0
-        resolver = ip_str(flow.remote_ip)
-        interval = config.detectors.report_interval_s
         common = dict(agent_id=flow.agent_id, indicator=resolver, protocol="dns", transport="udp",
                       flow_ids=[flow.flow_id], first_ns=max(horizon, failed[next(iter(failed))][0]),
                       last_ns=now_ns, remote_ip=resolver)
@@ -177,7 +171,9 @@ class DgaSignals:
             confidence = 0.45 + 0.3 * ramp(count, c.burst_min_domains, 4 * c.burst_min_domains) + (0.1 if above_population else 0.0)
             out.append(make_detection("dpi.dns.nx_burst", Category.DGA, confidence, Severity.MEDIUM,
                                       evidence=evidence, **common))  # type: ignore[arg-type]
-        if count >= c.lexical_min_domains:
+        # Shapes cost (every DGA name is new to the word model): only when the report would not be throttled.
+        if count >= c.lexical_min_domains and \
+                self._throttle.would_allow(("dga_lexical", flow.agent_id, resolver), now_ns, interval):
             shapes = [self._words.shape(label) for _, label in unknown]
             made = [s for s in shapes if s.kind]
             share = len(made) / count

@@ -76,3 +76,19 @@ def test_no_leak_and_buffers_released() -> None:
         tracemalloc.stop()
     assert grown < 4096, grown
     data.extend(b"more")  # a buffer still exported would refuse the resize (BufferError)
+
+
+def test_label_features_equal_their_python_reference() -> None:
+    from appliance.detection.dpi.dga import NameScorer, label_features, label_features_reference
+    from tests.appliance.detection.dns_flows import random_name
+
+    scorer = NameScorer.load()
+    model = (scorer._logp, scorer._context_floor, scorer._unseen)
+    rng = random.Random(3)
+    labels = ["", "a", "y", "xkcd", "tunnel-example", "e65579", "google", "xn--80ak6aa92e", "bücher", "ǅ漢字٣३",
+              "\U0001d400bc", "a" * 300, "-0-", "ｆｕｌｌ", "İı", "aeiouy" * 9, "bcdfghjklmnpqrstvwxz"]
+    labels += [random_name(rng, ["t.example.net"]).split(".")[0] for _ in range(3000)]
+    for label in labels:
+        assert label_features(label, *model) == label_features_reference(label, *model), label
+    with pytest.raises(TypeError):
+        label_features(b"abc", *model)
