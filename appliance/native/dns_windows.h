@@ -537,14 +537,14 @@ static PyObject *AgentDns_get_flow_ids(AgentDnsObject *a, void *closure)
 static PyMemberDef AgentDns_members[] = {
     {"domains", T_OBJECT, offsetof(AgentDnsObject, domains), READONLY,
      "dict: registered domain -> (last seen ns, score), oldest first"},
-    {"suspicious", T_LONGLONG, offsetof(AgentDnsObject, suspicious), 0, "domains scored at or above threshold"},
-    {"threshold", T_DOUBLE, offsetof(AgentDnsObject, threshold), 0, "the name threshold `suspicious` counts against"},
+    {"suspicious", T_LONGLONG, offsetof(AgentDnsObject, suspicious), READONLY, "domains scored at or above threshold"},
+    {"threshold", T_DOUBLE, offsetof(AgentDnsObject, threshold), READONLY, "the name threshold `suspicious` counts against"},
     {"nx_count", T_LONGLONG, offsetof(AgentDnsObject, nx_count), READONLY, "NXDOMAIN answers in the window"},
     {"buckets", T_OBJECT, offsetof(AgentDnsObject, buckets), READONLY, "dict: bucket index -> queries"},
-    {"top_bucket", T_LONGLONG, offsetof(AgentDnsObject, top_bucket), 0, "the newest bucket index, -1 before any"},
-    {"base_n", T_LONGLONG, offsetof(AgentDnsObject, base_n), 0, "closed buckets in the baseline"},
-    {"base_mean", T_DOUBLE, offsetof(AgentDnsObject, base_mean), 0, "baseline mean, queries/s"},
-    {"base_m2", T_DOUBLE, offsetof(AgentDnsObject, base_m2), 0, "baseline sum of squared deviations (Welford)"},
+    {"top_bucket", T_LONGLONG, offsetof(AgentDnsObject, top_bucket), READONLY, "the newest bucket index, -1 before any"},
+    {"base_n", T_LONGLONG, offsetof(AgentDnsObject, base_n), READONLY, "closed buckets in the baseline"},
+    {"base_mean", T_DOUBLE, offsetof(AgentDnsObject, base_mean), READONLY, "baseline mean, queries/s"},
+    {"base_m2", T_DOUBLE, offsetof(AgentDnsObject, base_m2), READONLY, "baseline sum of squared deviations (Welford)"},
     {NULL},
 };
 

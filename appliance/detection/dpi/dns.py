@@ -33,7 +33,7 @@ class DnsAnalyzer:
 
     The per-message accounting (windows per agent and registered domain, the agent's answers and scored
     domains) is one C call per flow (appliance/native/dns_windows.h); its Python twin,
-    `dns_reference.DnsAnalyzerReference`, is what the tests hold it to. The judges below read either.
+    `dns_reference.DnsAnalyzerReference`, is what the tests hold it to (it keeps the judges as they were).
     """
 
     def __init__(self, domains: RegisteredDomains, scorer: NameScorer, max_keys: int = _MAX_KEYS,
@@ -141,18 +141,7 @@ class DnsAnalyzer:
                    config: AnalysisConfig) -> list[Detection]:
         c = config.dga
         horizon = now_ns - int(c.window_s * _NS)
-        domains = agent.domains
-        while domains:
-            first = next(iter(domains))
-            seen, score = domains[first]
-            if seen >= horizon:
-                break
-            del domains[first]
-            if score >= agent.threshold:
-                agent.suspicious -= 1
-        if agent.threshold != c.name_threshold:
-            agent.threshold = c.name_threshold
-            agent.suspicious = sum(1 for _, score in domains.values() if score >= c.name_threshold)
+        domains = agent.domains  # the scan has let domains older than the window go and counted against this threshold
         total = len(domains)
         answered = agent.answered
         nx_ratio = agent.nx_count / answered if answered else 0.0
