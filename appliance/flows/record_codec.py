@@ -8,13 +8,14 @@ this module, like `ingest.convert` for the agent contract.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import replace
 
 from appliance.errors import ApplianceError
 from appliance.generated import flow_record_pb2 as pb
 from appliance.model import DnsAnswer, DnsMessage, FlowRecord, IcmpInfo, Packet, Transport
-from appliance.native.fastpath import WireFlow, decode_dns_batch, decode_records
+from appliance.native.fastpath import SlotMaker, WireFlow, decode_dns_batch, decode_records
 
 VERSION = 1
 _VERSION_FIELD = pb.FlowRecordBatch(version=VERSION).SerializeToString()
@@ -30,6 +31,32 @@ AnyDns = DnsMessage | bytes
 _TRANSPORTS = {1: Transport.ICMP, 6: Transport.TCP, 17: Transport.UDP}
 # The transport of each IP protocol number, as the C table and reader look it up (protocols past 255 are OTHER).
 TRANSPORT_OF_PROTOCOL = tuple(_TRANSPORTS.get(p, Transport.OTHER) for p in range(256))
+
+
+def slot_maker(cls: type, given: int | None = None) -> SlotMaker:
+    """A maker of `cls` from its first `given` fields (all by default), the rest at their plain defaults.
+
+    What the decoders call per record, DNS message and sample instead of the class: the dataclass's own
+    __init__ stored the fields one Python attribute at a time, most of the decoder's cost. The maker stores
+    them in the slots directly, which is all that __init__ does for these classes; that is asserted here,
+    and the C checks the slots (appliance/native/slot_maker.h).
+    """
+    params = getattr(cls, "__dataclass_params__", None)
+    if params is None or not params.init or "__slots__" not in cls.__dict__:
+        raise TypeError(f"{cls.__name__} is not a dataclass with slots and a generated __init__")
+    if cls.__init__.__code__.co_filename != "<string>":  # dataclasses exec()s the __init__ it generates
+        raise TypeError(f"{cls.__name__} has an __init__ of its own")
+    fields = dataclasses.fields(cls)
+    given = len(fields) if given is None else given
+    defaults = tuple(f.default for f in fields[given:])
+    if any(d is dataclasses.MISSING for d in defaults):
+        raise TypeError(f"{cls.__name__}: the fields past {given} need plain defaults (no default_factory)")
+    return SlotMaker(cls, tuple(f.name for f in fields), defaults)
+
+
+# The decoders' makers: a FlowRecord from its fields up to `samples` (tls and kept_wire at their defaults).
+_MAKE_RECORD = slot_maker(FlowRecord, [f.name for f in dataclasses.fields(FlowRecord)].index("samples") + 1)
+_MAKE_PACKET, _MAKE_DNS, _MAKE_ANSWER, _MAKE_ICMP = (slot_maker(c) for c in (Packet, DnsMessage, DnsAnswer, IcmpInfo))
 
 
 class RecordError(ApplianceError):
@@ -217,7 +244,7 @@ def decode(data: bytes) -> list[FlowRecord]:
     fraction of the cost of upb attribute reads and a Python call per record, sample and message.
     """
     try:
-        return decode_records(data, FlowRecord, Packet, DnsMessage, DnsAnswer, IcmpInfo, TRANSPORT_OF_PROTOCOL)
+        return decode_records(data, _MAKE_RECORD, _MAKE_PACKET, _MAKE_DNS, _MAKE_ANSWER, _MAKE_ICMP, TRANSPORT_OF_PROTOCOL)
     except ValueError as err:  # broken encoding, invalid UTF-8 (UnicodeDecodeError), another version
         raise RecordError(f"not a flow record batch of version {VERSION}: {err}") from None
 
@@ -238,7 +265,7 @@ def decode_dns(data: bytes) -> list[tuple[str, DnsMessage, bool]]:
     """The (agent_id, message, from_event) items of a serialized DnsBatch, read in C (`fastpath.decode_dns_batch`:
     the analysis process reads every DNS answer the ingest side saw, ~2-4 us each through upb)."""
     try:
-        items = decode_dns_batch(data, DnsMessage, DnsAnswer)
+        items = decode_dns_batch(data, _MAKE_DNS, _MAKE_ANSWER)
     except ValueError as err:  # UnicodeDecodeError included: a string field that is not UTF-8
         raise RecordError(f"not a DNS batch: {err}") from None
     return items if items is not None else _decode_dns_python(data)  # None: a repeated message field, which upb merges

@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "dns_wire.h"
+#include "slot_maker.h"
 
 #define NS_PER_MS 1000000LL
 #define OUTBOUND 1
@@ -2504,14 +2505,16 @@ PyMODINIT_FUNC PyInit_fastpath(void)
         return NULL;
     if ((kept_wire_kwnames = Py_BuildValue("(s)", "kept_wire")) == NULL)
         return NULL;
-    if (PyType_Ready(&WireReaderType) < 0 || PyType_Ready(&FlowTableType) < 0 || PyType_Ready(&WireFlowType) < 0)
+    if (PyType_Ready(&WireReaderType) < 0 || PyType_Ready(&FlowTableType) < 0 || PyType_Ready(&WireFlowType) < 0 ||
+        PyType_Ready(&SlotMakerType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&fastpath_module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddObjectRef(m, "WireReader", (PyObject *)&WireReaderType) < 0 ||
         PyModule_AddObjectRef(m, "FlowTable", (PyObject *)&FlowTableType) < 0 ||
-        PyModule_AddObjectRef(m, "WireFlow", (PyObject *)&WireFlowType) < 0 || export_names(m) < 0) {
+        PyModule_AddObjectRef(m, "WireFlow", (PyObject *)&WireFlowType) < 0 ||
+        PyModule_AddObjectRef(m, "SlotMaker", (PyObject *)&SlotMakerType) < 0 || export_names(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
