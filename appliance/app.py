@@ -330,7 +330,7 @@ def build(settings: Settings) -> Appliance:
                      timeouts.other_idle, timeouts.active, timeouts.dns_active),
         FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow,
                    max_flows_per_agent=limits.max_flows_per_agent),
-        on_dns_response=analysis.observe_answer, reader=converter.wire,
+        on_dns_responses=analysis.observe_answers, reader=converter.wire,
         # Analysed in this process: ended flows are FlowRecords, samples expanded. Else they leave as the C
         # table wrote them (a flow Python never held, as a whole record in the contract's encoding).
         ended_as_wire=analysis.mode != "thread",

@@ -45,8 +45,10 @@ class LocalAnalysis(QueueFigures):
             self.parts.exporter.flows(flows)
         self.pipeline.submit_many(flows)
 
-    def observe_answer(self, agent_id: str, message: AnyDns) -> None:
-        self.parts.resolver.observe(agent_id, dns_message_of(message))
+    def observe_answers(self, answers: list[tuple[str, AnyDns]]) -> None:
+        observe = self.parts.resolver.observe
+        for agent_id, message in answers:
+            observe(agent_id, dns_message_of(message))
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None:
         self.pipeline.observe_dns(agent_id, message)
@@ -98,7 +100,7 @@ class NoAnalysis:
     def submit_many(self, flows: list[FlowRecord]) -> None:
         self.flows_not_analysed += len(flows)
 
-    def observe_answer(self, agent_id: str, message: AnyDns) -> None:
+    def observe_answers(self, answers: list[tuple[str, AnyDns]]) -> None:
         pass
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None:

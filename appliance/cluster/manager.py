@@ -132,7 +132,7 @@ class ManagerSink:
     def submit_many(self, flows: list[FlowRecord]) -> None:
         pass
 
-    def observe_answer(self, agent_id: str, message: AnyDns) -> None:
+    def observe_answers(self, answers: list[tuple[str, AnyDns]]) -> None:
         pass
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None:

@@ -164,6 +164,16 @@ def parse_dns(payload: bytes, timestamp_ns: int = 0) -> DnsMessage | None:
     return msg
 
 
+ADDRESS_TYPES = (1, 28)  # A, AAAA
+
+
+def resolves(message: DnsMessage) -> bool:
+    """A response that names its question and answers it with an address: all the resolver cache learns from
+    (appliance.detection.resolutions), so the only DNS messages handed over ahead of their flow. The C table
+    decides the same with DnsWire.resolves (appliance/native/dns_wire.h)."""
+    return message.is_response and bool(message.qname) and any(a.rtype in ADDRESS_TYPES for a in message.answers)
+
+
 def parse_dns_tcp(payload: bytes, timestamp_ns: int = 0) -> DnsMessage | None:
     """Parse the first DNS message of a TCP segment (2-byte length prefix, RFC 1035 4.2.2)."""
     if len(payload) < 2 + _HEADER.size:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from appliance.flows.dns import resolves
 from appliance.flows.packets import RawPacket, dns_message, expand
 from appliance.flows.record_codec import TRANSPORT_OF_PROTOCOL, AnyDns, EndedFlow, expand_samples, expanded
 from appliance.model import FlowRecord
@@ -151,7 +152,7 @@ class FlowTracker:
         on_expire: Callable[[list[EndedFlow]], None],
         timeouts: FlowTimeouts | None = None,
         limits: FlowLimits | None = None,
-        on_dns_response: Callable[[str, AnyDns], None] | None = None,
+        on_dns_responses: Callable[[list[tuple[str, AnyDns]]], None] | None = None,
         flow_ids: FlowIds | None = None,
         reader: WireReader | None = None,
         ended_as_wire: bool = False,
@@ -159,8 +160,9 @@ class FlowTracker:
         self._on_expire = on_expire
         # DNS answers are wanted as they arrive (the resolver cache must know a name was resolved
         # before the connection to its address is analysed); they come from the one parse here, as
-        # `AnyDns`: C's serialized, so that a hand-off to another process passes them on unread.
-        self._on_dns_response = on_dns_response
+        # `AnyDns`: C's serialized, so that a hand-off to another process passes them on unread. Only
+        # responses that resolve a name to an address (flows.dns.resolves), and one call per batch.
+        self._on_dns_responses = on_dns_responses
         self.timeouts = timeouts or FlowTimeouts()
         self.limits = limits or FlowLimits()
         idle = self.timeouts.idle_ns()
@@ -188,7 +190,7 @@ class FlowTracker:
         else:  # a DNS packet past the sample budget: only its message is kept
             message = dns_message(raw)
         if message is not None:
-            if message.is_response:  # into the table's list, in packet order with the answers C parsed
+            if resolves(message):  # into the table's list, in packet order with the answers C parsed
                 self._table.answers.append((flow.agent_id, message))
             if len(flow.dns) < self._dns_cap:
                 flow.dns.append(message)
@@ -222,9 +224,9 @@ class FlowTracker:
                             expand_samples(record)
         finally:
             try:
-                if answers and self._on_dns_response is not None:
-                    for agent_id, message in answers:  # C's are serialized DnsMessages, Python's (ICMP) objects:
-                        self._on_dns_response(agent_id, message)  # the consumer reads them if it needs to
+                if answers and self._on_dns_responses is not None:
+                    # C's are serialized DnsMessages, Python's (ICMP) objects: the consumer reads them if it needs to.
+                    self._on_dns_responses(answers)
             finally:  # a failing resolver cache never costs the ended flows their analysis
                 if ended:
                     self._on_expire(ended)

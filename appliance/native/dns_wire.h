@@ -45,6 +45,8 @@ typedef struct DnsWire {
     size_t cap;
     int is_response; /* the last message's QR bit */
     int malformed;   /* the last message's `malformed` field */
+    int resolves;    /* the last message names its question and answers it with an address (A or AAAA): what
+                      * ResolverCache.observe learns from; other responses teach the resolver cache nothing */
 } DnsWire;
 
 static inline void dns_wire_free(DnsWire *w)
@@ -250,9 +252,9 @@ static size_t dnsw_txt(const uint8_t *rd, size_t rdlen, char *o)
     return chars;
 }
 
-/* One answer (dns.py's loop body) appended as a DnsMessage.answers entry; *off moves past it.
- * 0, -1 malformed, -2 out of memory. */
-static int dnsw_answer(DnswMessage *m, size_t *off, DnsWire *out)
+/* One answer (dns.py's loop body) appended as a DnsMessage.answers entry; *off moves past it and *rtype_out
+ * is its type. 0, -1 malformed, -2 out of memory. */
+static int dnsw_answer(DnswMessage *m, size_t *off, DnsWire *out, unsigned *rtype_out)
 {
     const uint8_t *buf = m->buf;
     char name[DNSW_NAME_TEXT], text[DNSW_NAME_TEXT];
@@ -313,6 +315,7 @@ static int dnsw_answer(DnswMessage *m, size_t *off, DnsWire *out)
     }
     out->len = (size_t)(o + data_len - out->data);
     *off = start + rdlen;
+    *rtype_out = rtype;
     return 0;
 }
 
@@ -324,7 +327,8 @@ static int dnsw_message(const uint8_t *msg, size_t len, uint64_t timestamp_ns, i
     size_t entry_len = out->len;
     unsigned flags = dnsw_u16(msg + 2), qdcount = dnsw_u16(msg + 4), ancount = dnsw_u16(msg + 6);
     DnswMessage m = {msg, len, DNSW_LABEL_BUDGET};
-    int malformed = 0;
+    int malformed = 0, named = 0;
+    out->resolves = 0;
     /* Header fields (<= 8 bytes), the question name (<= 1024) and the question's type and class (<= 8). */
     if (dnsw_reserve(out, 8 + 3 + DNSW_NAME_TEXT + 8) < 0)
         return DNS_WIRE_NOMEM;
@@ -345,6 +349,7 @@ static int dnsw_message(const uint8_t *msg, size_t len, uint64_t timestamp_ns, i
             o = dnsw_put_text_head(o, 4, qname_len);
             memcpy(o, qname, qname_len);
             o += qname_len;
+            named = qname_len > 0;
         } else if (dnsw_skip_name(msg, len, off, &off) < 0) {
             malformed = 1;
             break;
@@ -361,13 +366,16 @@ static int dnsw_message(const uint8_t *msg, size_t len, uint64_t timestamp_ns, i
     }
     out->len = (size_t)(o - out->data);
     unsigned answers = ancount < DNSW_MAX_ANSWERS ? ancount : DNSW_MAX_ANSWERS;
+    int addresses = 0;
     for (unsigned i = 0; !malformed && i < answers; i++) {
-        int rc = dnsw_answer(&m, &off, out);
+        unsigned rtype = 0;
+        int rc = dnsw_answer(&m, &off, out, &rtype);
         if (rc == -2) {
             out->len = entry_len;
             return DNS_WIRE_NOMEM;
         }
         malformed = rc < 0;
+        addresses += rc == 0 && (rtype == 1 || rtype == 28); /* an address answer written */
     }
     malformed |= truncated;
     if (dnsw_reserve(out, 2 + 1 + 10) < 0) {
@@ -380,6 +388,7 @@ static int dnsw_message(const uint8_t *msg, size_t len, uint64_t timestamp_ns, i
     out->len = (size_t)(o - out->data);
     out->is_response = (flags & 0x8000) != 0;
     out->malformed = malformed;
+    out->resolves = out->is_response && named && addresses > 0;
     return DNS_WIRE_OK;
 }
 

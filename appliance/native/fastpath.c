@@ -991,7 +991,7 @@ static int keep_sample(FlowTable *t, Flow *f, const Pkt *p, uint32_t dns_index)
 
 /* A packet of a DNS flow (port 53, not ICMP) with a payload: its message parsed in C (dns_wire.h, held equal to
  * appliance.flows.dns by tests/appliance/native/test_dns_wire.py) and kept as a FlowRecord.dns entry, responses
- * also queued for the resolver cache, the packet kept as a sample while the flow's budget lasts. *full is set
+ * that resolve a name to an address also queued for the resolver cache, the packet kept as a sample while the flow's budget lasts. *full is set
  * when the flow now holds dns_cap messages: it ends, and the socket's next queries start a new record. */
 static int keep_dns(FlowTable *t, Flow *f, const Pkt *p, int sample, int *full)
 {
@@ -1010,7 +1010,7 @@ static int keep_dns(FlowTable *t, Flow *f, const Pkt *p, int sample, int *full)
             return -1;
         }
         if (rc == DNS_WIRE_OK) {
-            if (w->is_response) {
+            if (w->resolves) { /* only what the resolver cache learns from travels ahead of the flow */
                 PyObject *item = Py_BuildValue("(Oy#)", f->agent->id, (const char *)w->data, (Py_ssize_t)w->len);
                 int bad = item == NULL || PyList_Append(t->answers, item) < 0;
                 Py_XDECREF(item);

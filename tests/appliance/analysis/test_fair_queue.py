@@ -60,3 +60,36 @@ def test_a_waiting_consumer_is_woken_by_a_producer_and_by_close() -> None:
     queue.close()
     closer.join(30)
     assert got[1] is None
+
+
+def test_dns_answers_are_taken_a_batch_at_a_time_under_their_bound() -> None:
+    from appliance.analysis import fair_queue
+
+    hand_off = fair_queue.QueuedHandOff(queue_size=10)
+    bound = fair_queue.DNS_PENDING_MAX
+    hand_off.observe_answers([("a", b"m%d" % i) for i in range(bound - 2)])
+    hand_off.observe_dns("a", "event")  # type: ignore[arg-type]
+    hand_off.observe_answers([("b", b"x"), ("b", b"y"), ("b", b"z")])  # one fits
+    assert len(hand_off._dns) == bound and hand_off.dns_dropped == 2
+    assert list(hand_off._dns)[-2:] == [("a", "event", True), ("b", b"x", False)]  # in order, flagged by source
+    hand_off.observe_answers([("c", b"w")])
+    assert hand_off.dns_dropped == 3
+
+
+def test_a_batch_of_dns_answers_wakes_a_waiting_sender() -> None:
+    from appliance.analysis import fair_queue
+
+    hand_off = fair_queue.QueuedHandOff(queue_size=10)
+    woken = threading.Event()
+
+    def sender() -> None:
+        with hand_off._queue.cond:
+            hand_off._queue.cond.wait_for(lambda: hand_off._dns, timeout=5)
+            woken.set()
+
+    thread = threading.Thread(target=sender)
+    thread.start()
+    hand_off.observe_answers([("a", b"1"), ("a", b"2")])
+    assert woken.wait(5)
+    thread.join(5)
+    assert [m for _, m, _ in hand_off._dns] == [b"1", b"2"]

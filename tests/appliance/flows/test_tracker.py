@@ -148,16 +148,24 @@ def test_a_dns_flow_whose_message_list_is_full_is_analysed_not_truncated():
 
 
 def test_dns_responses_are_handed_over_as_they_arrive():
-    """As the contract's DnsMessage bytes (C parsed them): a hand-off to another process passes them on unread."""
-    seen = []
-    tracker = FlowTracker(lambda flows: None,
-                          on_dns_response=lambda agent, msg: seen.append((agent, type(msg), dns_message_of(msg).qname)))
+    """As the contract's DnsMessage bytes (C parsed them): a hand-off to another process passes them on unread.
+    Once per batch, and only the responses the resolver cache learns from: a name answered with an address."""
+    calls = []
+    tracker = FlowTracker(lambda flows: None, on_dns_responses=lambda answers: calls.append(
+        [(agent, type(msg), dns_message_of(msg).qname) for agent, msg in answers]))
     answer = wire.dns_response("www.example.org", [(1, bytes([1, 2, 3, 4]))])
+    v6 = wire.dns_response("v6.example.org", [(28, bytes(range(16)))], qtype=28)
     tracker.add_packets(AGENT, pkts(
         wire.udp_out("10.0.0.5", "10.0.0.1", 4000, 53, wire.dns_query("www.example.org"), ts_ms=BASE_MS),
         wire.udp_in("10.0.0.5", "10.0.0.1", 4000, 53, answer, ts_ms=BASE_MS + 3),
+        wire.udp_in("10.0.0.5", "10.0.0.1", 4001, 53, v6, ts_ms=BASE_MS + 4),
+        # Responses that resolve nothing: no answer (NXDOMAIN), a text answer, an address without a question.
+        wire.udp_in("10.0.0.5", "10.0.0.1", 4002, 53, wire.dns_response("gone.example.org", [], rcode=3), ts_ms=BASE_MS + 5),
+        wire.udp_in("10.0.0.5", "10.0.0.1", 4003, 53, wire.dns_response("t.example.org", [(16, b"\x02hi")], qtype=16),
+                    ts_ms=BASE_MS + 6),
+        wire.udp_in("10.0.0.5", "10.0.0.1", 4004, 53, wire.dns_response("", [(1, bytes([1, 2, 3, 4]))]), ts_ms=BASE_MS + 7),
     ))
-    assert seen == [(AGENT, bytes, "www.example.org")]  # the query is not a resolution
+    assert calls == [[(AGENT, bytes, "www.example.org"), (AGENT, bytes, "v6.example.org")]]  # the query is no resolution
 
 
 def test_snapshot_lists_flows_in_the_order_packets_updated_them_even_when_timestamps_go_back():

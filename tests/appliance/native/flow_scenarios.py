@@ -65,10 +65,11 @@ class Side:
         self.expired.append(list(flows))
         self.at_hand_off.append(repr(flows))
 
-    def on_dns_response(self, agent_id: str, message: AnyDns) -> None:
-        message = dns_message_of(message)  # the C table hands over serialized messages, the reference objects
-        self.dns.append((agent_id, message))
-        self.at_hand_off.append(repr(message))
+    def on_dns_responses(self, answers: list[tuple[str, AnyDns]]) -> None:
+        for agent_id, message in answers:
+            message = dns_message_of(message)  # the C table hands over serialized messages, the reference objects
+            self.dns.append((agent_id, message))
+            self.at_hand_off.append(repr(message))
 
 
 def make_side(name: str, tracker_class: type, feed: str, timeouts: FlowTimeouts, limits: FlowLimits,
@@ -76,7 +77,7 @@ def make_side(name: str, tracker_class: type, feed: str, timeouts: FlowTimeouts,
     side = Side(name, None, feed, converter)
     # The `wire` side's tracker parses with its converter's reader, given when it is built, as in app.build.
     built_with = {"reader": converter.wire} if feed == "wire" else {}  # type: ignore[union-attr]
-    side.tracker = tracker_class(side.on_expire, timeouts, limits, side.on_dns_response, **built_with)
+    side.tracker = tracker_class(side.on_expire, timeouts, limits, side.on_dns_responses, **built_with)
     return side
 
 
@@ -85,7 +86,7 @@ def assert_same_tracking(ref: Side, side: Side, flow_ids: list[str], seen: tuple
     r, s = ref.tracker, side.tracker
     assert len(side.expired) == len(ref.expired), "the number of on_expire calls differs"
     assert side.expired[seen[0]:] == ref.expired[seen[0]:], "on_expire calls differ"
-    assert side.dns[seen[1]:] == ref.dns[seen[1]:], "on_dns_response calls differ"
+    assert side.dns[seen[1]:] == ref.dns[seen[1]:], "on_dns_responses calls differ"
     assert (s.active_flows, s.flows_created, s.flows_expired, s.flows_evicted) == (
         r.active_flows, r.flows_created, r.flows_expired, r.flows_evicted), "counters differ"
     assert s.snapshot() == r.snapshot(), "snapshot() differs"

@@ -21,6 +21,7 @@ from appliance.flows.tracker import (
     CLASS_DNS, CLASS_OTHER, CLASS_UDP, CLASSES, END_ACTIVE, END_EVICTED, END_FULL, END_IDLE,
     END_SHUTDOWN, END_STREAM, END_TCP_CLOSE, FlowIds, FlowLimits, FlowTimeouts,
 )
+from appliance.flows.dns import resolves
 from appliance.flows.packets import RawPacket, expand
 from appliance.ingest.convert import (
     FIX_PAYLOAD_TRUNCATED, FIX_SHORT_HEADER, FIX_TIMESTAMP, REJECT_BAD_DIRECTION, REJECT_BAD_PORT,
@@ -143,14 +144,14 @@ class ReferenceFlowTracker:
         on_expire: Callable[[list[FlowRecord]], None],
         timeouts: FlowTimeouts | None = None,
         limits: FlowLimits | None = None,
-        on_dns_response: Callable[[str, DnsMessage], None] | None = None,
+        on_dns_responses: Callable[[list[tuple[str, DnsMessage]]], None] | None = None,
         flow_ids: FlowIds | None = None,
     ) -> None:
         self._on_expire = on_expire
         self._next_id = flow_ids or FlowIds()
         # DNS answers are wanted as they arrive (the resolver cache must know a name was resolved
         # before the connection to its address is analysed); they come from the one parse here.
-        self._on_dns_response = on_dns_response
+        self._on_dns_responses = on_dns_responses
         self._ended: list[FlowRecord] = []
         self.timeouts = timeouts or FlowTimeouts()
         self.limits = limits or FlowLimits()
@@ -228,8 +229,8 @@ class ReferenceFlowTracker:
                         pkt = expand(raw)
                         message = pkt.dns
                         if message is not None:
-                            if message.is_response and self._on_dns_response is not None:
-                                self._on_dns_response(agent_id, message)
+                            if resolves(message) and self._on_dns_responses is not None:
+                                self._on_dns_responses([(agent_id, message)])
                             if len(flow.dns) < dns_cap:
                                 flow.dns.append(message)
                         if sample:

@@ -304,3 +304,29 @@ def test_random_garbage_encodes_as_the_python_parser_does():
     rng = random.Random(7)
     for _ in range(2000):
         assert_same(rng.randbytes(rng.randrange(0, 80)))
+
+
+def test_the_responses_handed_to_the_resolver_cache_are_those_it_learns_from():
+    """DnsWire.resolves (C) says what flows.dns.resolves says of the Python parse: the flow table hands over a
+    response, as parsed, exactly when it names its question and answers it with an address (mutated real
+    responses, hostile cases, answers of every type)."""
+    from appliance.flows.tracker import FlowTracker
+    from appliance.ingest.convert import PacketConverter
+
+    rng = random.Random(16)
+    bases = REAL_RESPONSES + list(FIXTURES_FROM_TESTS.values()) + [p for p, *_ in HOSTILE.values()]
+    payloads = bases + [_mutate(rng, rng.choice(bases)) for _ in range(3000)]
+    handed: list[bytes] = []
+    tracker = FlowTracker(lambda flows: None, on_dns_responses=lambda answers: handed.extend(m for _, m in answers))
+    converter = PacketConverter()
+    for start in range(0, len(payloads), 500):
+        tracker.add_packets("a", converter.read([
+            wire.udp_in("10.0.0.5", "10.0.0.1", 1024 + i, 53, payload, ts_ms=wire.now_ms())
+            for i, payload in enumerate(payloads[start:start + 500], start)]))
+    wanted = []
+    for payload in payloads:
+        msg = dns.parse_dns(payload)
+        if msg is not None and dns.resolves(msg):
+            wanted.append(msg.qname)
+    assert [record_codec.dns_message_of(m).qname for m in handed] == wanted
+    assert len(wanted) > 100 and len(payloads) - len(wanted) > 1000  # both kinds, many of each

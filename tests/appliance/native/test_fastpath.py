@@ -60,16 +60,16 @@ def test_a_tracker_and_its_records_are_freed_when_dropped():
 def test_an_error_in_a_callback_propagates_after_the_batch_and_the_tracker_stays_usable():
     calls = []
 
-    def failing_resolver_cache(agent_id, message):
-        calls.append(dns_message_of(message).qname)
+    def failing_resolver_cache(answers):
+        calls.append([dns_message_of(message).qname for _, message in answers])
         raise RuntimeError("resolver cache broke")
 
     expired: list = []
     converter = PacketConverter()
-    tracker = FlowTracker(expired.extend, on_dns_response=failing_resolver_cache, reader=converter.wire)
+    tracker = FlowTracker(expired.extend, on_dns_responses=failing_resolver_cache, reader=converter.wire)
     with pytest.raises(RuntimeError, match="resolver cache broke"):
         tracker.add_wire("a", dns_batch(3), True, NOW_NS)
-    assert calls == ["h0.example.com"]  # delivery stopped at the first failure...
+    assert calls == [["h0.example.com", "h1.example.com", "h2.example.com"]]  # the batch's answers in one call...
     assert tracker.active_flows == 3  # ...which came after the batch: every packet was accounted
     tracker.add_wire("a", batch(2), True, NOW_NS)
     assert tracker.active_flows == 5
@@ -142,12 +142,12 @@ def test_a_flow_only_c_touches_has_no_python_object_until_it_is_listed_or_ends()
 
 
 def test_ended_flows_are_handed_over_even_when_the_resolver_cache_fails():
-    def failing_resolver_cache(agent_id, message):
+    def failing_resolver_cache(answers):
         raise RuntimeError("resolver cache broke")
 
     expired: list = []
     # One DNS message fills a DNS flow: each response's flow ends in the same call that delivers its answer.
-    tracker = FlowTracker(expired.extend, limits=FlowLimits(dns_per_flow=1), on_dns_response=failing_resolver_cache,
+    tracker = FlowTracker(expired.extend, limits=FlowLimits(dns_per_flow=1), on_dns_responses=failing_resolver_cache,
                           reader=PacketConverter().wire)
     with pytest.raises(RuntimeError, match="resolver cache broke"):
         tracker.add_wire("a", dns_batch(3), True, NOW_NS)
@@ -157,7 +157,7 @@ def test_ended_flows_are_handed_over_even_when_the_resolver_cache_fails():
 def test_callbacks_run_without_the_tracker_lock_held():
     held = []
     tracker = FlowTracker(lambda flows: held.append(("expire", tracker.lock.locked())),
-                          on_dns_response=lambda agent, message: held.append(("dns", tracker.lock.locked())),
+                          on_dns_responses=lambda answers: held.append(("dns", tracker.lock.locked())),
                           reader=PacketConverter().wire)
     tracker.add_wire("a", dns_batch(2), True, NOW_NS)
     tracker.flush_all()
