@@ -89,6 +89,22 @@ class AnalysisPipeline(QueueFigures):
             if observe is not None:
                 observe(agent_id, message)
 
+    def observe_dns_items(self, items: list[tuple[str, DnsMessage, bool]],
+                          observe_answers: Callable[[list[tuple[str, DnsMessage]]], None]) -> None:
+        """A DnsBatch's items (record_codec.decode_dns) in their order: resolver events to the layers that
+        watch them, answers to `observe_answers` (the resolver cache's observe_many) a run at a time."""
+        answers: list[tuple[str, DnsMessage]] = []
+        for agent_id, message, from_event in items:
+            if from_event:
+                if answers:
+                    observe_answers(answers)
+                    answers = []
+                self.observe_dns(agent_id, message)
+            else:
+                answers.append((agent_id, message))
+        if answers:
+            observe_answers(answers)
+
     @property
     def queue(self) -> FairQueue:
         return self._queue

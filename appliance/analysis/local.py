@@ -46,9 +46,7 @@ class LocalAnalysis(QueueFigures):
         self.pipeline.submit_many(flows)
 
     def observe_answers(self, answers: list[tuple[str, AnyDns]]) -> None:
-        observe = self.parts.resolver.observe
-        for agent_id, message in answers:
-            observe(agent_id, dns_message_of(message))
+        self.parts.resolver.observe_many([(agent_id, dns_message_of(message)) for agent_id, message in answers])
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None:
         self.pipeline.observe_dns(agent_id, message)

@@ -131,11 +131,7 @@ class Worker:
         except record_codec.RecordError:
             self.frames_refused += 1
             return
-        for agent_id, message, from_event in items:
-            if from_event:
-                self.pipeline.observe_dns(agent_id, message)
-            else:
-                self.parts.resolver.observe(agent_id, message)
+        self.pipeline.observe_dns_items(items, self.parts.resolver.observe_many)
 
     def reload(self) -> None:
         """Read what the server changed in SQLite: analysis config, exclusions, console settings."""

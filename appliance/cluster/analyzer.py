@@ -363,11 +363,7 @@ class Analyzer:
         duplicates = 0
         for kind, flows, dns in decoded:
             if dns is not None:
-                for agent_id, message, from_event in dns:
-                    if from_event:
-                        self.pipeline.observe_dns(agent_id, message)
-                    else:
-                        self.parts.resolver.observe(agent_id, message)
+                self.pipeline.observe_dns_items(dns, self.parts.resolver.observe_many)
                 continue
             fresh = []
             for flow in flows or []:

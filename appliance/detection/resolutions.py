@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import ipaddress
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -50,38 +51,58 @@ class ResolverCache:
         self.responses_seen = 0
 
     def observe(self, agent_id: str, message: DnsMessage) -> None:
-        if not message.is_response or not message.answers or not message.qname:
-            return
-        names = [message.qname]
-        addresses: list[tuple[str, int]] = []
-        for answer in message.answers:
-            if answer.rtype == _CNAME and answer.data not in names:
-                names.append(answer.data)
-            elif answer.rtype in (_A, _AAAA):
-                addresses.append((answer.data, answer.ttl))
-        if not addresses:
-            return
-        ts = message.timestamp_ns
-        chain = tuple(names)
+        self.observe_many([(agent_id, message)])
+
+    def observe_many(self, items: Iterable[tuple[str, DnsMessage]]) -> None:
+        """Learn from DNS responses in the order they came: a name answered with addresses (the others teach
+        nothing). Called for every answer the agents' resolvers returned, so lean: one lock per call, and a
+        known address's Resolution updated in place (readers use what `lookup` returned at once)."""
         with self._lock:
-            self.responses_seen += 1
-            by_ip = self._by_ip.setdefault(agent_id, {})
-            by_name = self._by_name.setdefault(agent_id, {})
-            for address, ttl in addresses:
-                old = by_ip.pop(address, None)  # re-insert to keep insertion order = recency
-                times = old.times if old is not None else []
-                if not times or abs(ts - times[-1]) > 1_000_000_000:
-                    bisect.insort(times, ts)
-                    if len(times) > _MAX_TIMES:
-                        _thin(times)
-                by_ip[address] = Resolution(message.qname, chain, max(ts, old.seen_ns if old else ts), ttl, times)
-            for name in chain:
-                first = by_name.pop(name, ts)  # name -> first time seen (bounded by recency of use)
-                by_name[name] = min(first, ts)
-            while len(by_ip) > self._max:
-                del by_ip[next(iter(by_ip))]
-            while len(by_name) > self._max:
-                del by_name[next(iter(by_name))]
+            for agent_id, message in items:
+                if not message.is_response or not message.answers or not message.qname:
+                    continue
+                qname = message.qname
+                names = [qname]
+                addresses: list[tuple[str, int]] = []
+                for answer in message.answers:
+                    rtype = answer.rtype
+                    if rtype == _CNAME:
+                        if answer.data not in names:
+                            names.append(answer.data)
+                    elif rtype == _A or rtype == _AAAA:
+                        addresses.append((answer.data, answer.ttl))
+                if not addresses:
+                    continue
+                ts = message.timestamp_ns
+                chain = tuple(names)
+                self.responses_seen += 1
+                by_ip = self._by_ip.get(agent_id)
+                if by_ip is None:
+                    by_ip = self._by_ip[agent_id] = {}
+                by_name = self._by_name.get(agent_id)
+                if by_name is None:
+                    by_name = self._by_name[agent_id] = {}
+                for address, ttl in addresses:
+                    old = by_ip.pop(address, None)  # re-insert to keep insertion order = recency
+                    if old is None:
+                        by_ip[address] = Resolution(qname, chain, ts, ttl, [ts])
+                        continue
+                    times = old.times
+                    if abs(ts - times[-1]) > 1_000_000_000:
+                        bisect.insort(times, ts)
+                        if len(times) > _MAX_TIMES:
+                            _thin(times)
+                    old.name, old.names, old.ttl_s = qname, chain, ttl
+                    if ts > old.seen_ns:
+                        old.seen_ns = ts
+                    by_ip[address] = old
+                for name in chain:
+                    first = by_name.pop(name, ts)  # name -> first time seen (bounded by recency of use)
+                    by_name[name] = first if first < ts else ts
+                while len(by_ip) > self._max:
+                    del by_ip[next(iter(by_ip))]
+                while len(by_name) > self._max:
+                    del by_name[next(iter(by_name))]
 
     def lookup(self, agent_id: str, address: str, at_ns: int, window_s: float, slack_s: float = 2.0) -> Resolution | None:
         """The resolution of `address` by this agent valid at `at_ns` (seen before it, within window or TTL)."""

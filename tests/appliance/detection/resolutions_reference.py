@@ -1,0 +1,45 @@
+"""ResolverCache.observe as it was before observe_many (one message per call, a new Resolution per address):
+the reference tests/appliance/detection/test_resolutions.py holds the cache equal to."""
+
+from __future__ import annotations
+
+import bisect
+
+from appliance.detection.resolutions import _A, _AAAA, _CNAME, _MAX_TIMES, Resolution, ResolverCache, _thin
+from appliance.model import DnsMessage
+
+
+class ResolverCacheReference(ResolverCache):
+    def observe(self, agent_id: str, message: DnsMessage) -> None:
+        if not message.is_response or not message.answers or not message.qname:
+            return
+        names = [message.qname]
+        addresses: list[tuple[str, int]] = []
+        for answer in message.answers:
+            if answer.rtype == _CNAME and answer.data not in names:
+                names.append(answer.data)
+            elif answer.rtype in (_A, _AAAA):
+                addresses.append((answer.data, answer.ttl))
+        if not addresses:
+            return
+        ts = message.timestamp_ns
+        chain = tuple(names)
+        with self._lock:
+            self.responses_seen += 1
+            by_ip = self._by_ip.setdefault(agent_id, {})
+            by_name = self._by_name.setdefault(agent_id, {})
+            for address, ttl in addresses:
+                old = by_ip.pop(address, None)  # re-insert to keep insertion order = recency
+                times = old.times if old is not None else []
+                if not times or abs(ts - times[-1]) > 1_000_000_000:
+                    bisect.insort(times, ts)
+                    if len(times) > _MAX_TIMES:
+                        _thin(times)
+                by_ip[address] = Resolution(message.qname, chain, max(ts, old.seen_ns if old else ts), ttl, times)
+            for name in chain:
+                first = by_name.pop(name, ts)  # name -> first time seen (bounded by recency of use)
+                by_name[name] = min(first, ts)
+            while len(by_ip) > self._max:
+                del by_ip[next(iter(by_ip))]
+            while len(by_name) > self._max:
+                del by_name[next(iter(by_name))]
