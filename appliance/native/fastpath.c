@@ -2382,11 +2382,91 @@ static PyObject *fastpath_decode_dns_batch(PyObject *module, PyObject *const *ar
     return ctx.list;
 }
 
+/* encode_dns_batch(items) -> bytes: a serialized DnsBatch of (agent_id, message bytes, from_event) items, each
+ * message already a serialized sensor.flows.DnsMessage (the table's answers are). Fields in number order, proto3
+ * omissions as upb writes them (an empty agent id, a false from_event; the message is always present); the tests
+ * hold the bytes equal to upb's. Framing in Python cost the hand-off thread ~0.6 us per answer. */
+static int dns_item_parts(PyObject *item, const char **agent, Py_ssize_t *alen, PyObject **message, int *from_event)
+{
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+        PyErr_SetString(PyExc_TypeError, "a DNS batch item is a tuple (agent_id, message bytes, from_event)");
+        return -1;
+    }
+    PyObject *a = PyTuple_GET_ITEM(item, 0), *m = PyTuple_GET_ITEM(item, 1);
+    if (!PyUnicode_Check(a) || !PyBytes_Check(m)) {
+        PyErr_SetString(PyExc_TypeError, "a DNS batch item's agent_id must be str and its message bytes");
+        return -1;
+    }
+    if ((*agent = PyUnicode_AsUTF8AndSize(a, alen)) == NULL)
+        return -1;
+    *message = m;
+    if ((*from_event = PyObject_IsTrue(PyTuple_GET_ITEM(item, 2))) < 0)
+        return -1;
+    return 0;
+}
+
+static size_t dns_item_size(Py_ssize_t alen, Py_ssize_t mlen, int from_event)
+{
+    return (alen ? 1 + varint_size((uint64_t)alen) + (size_t)alen : 0) + 1 + varint_size((uint64_t)mlen) + (size_t)mlen +
+           (from_event ? 2 : 0);
+}
+
+static PyObject *fastpath_encode_dns_batch(PyObject *module, PyObject *items)
+{
+    (void)module;
+    PyObject *seq = PySequence_Fast(items, "items must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **it = PySequence_Fast_ITEMS(seq);
+    size_t total = 0;
+    const char *agent;
+    Py_ssize_t alen;
+    PyObject *message;
+    int from_event;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (dns_item_parts(it[i], &agent, &alen, &message, &from_event) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        size_t body = dns_item_size(alen, PyBytes_GET_SIZE(message), from_event);
+        total += 1 + varint_size(body) + body;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (out == NULL) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        dns_item_parts(it[i], &agent, &alen, &message, &from_event); /* succeeded above: nothing changed since */
+        Py_ssize_t mlen = PyBytes_GET_SIZE(message);
+        *o++ = (1 << 3) | 2; /* DnsBatch.items */
+        o = put_varint(o, dns_item_size(alen, mlen, from_event));
+        o = put_bytes_field(o, 1, agent, (size_t)alen); /* AgentDns.agent_id */
+        *o++ = (2 << 3) | 2;                            /* AgentDns.message, even when empty */
+        o = put_varint(o, (uint64_t)mlen);
+        memcpy(o, PyBytes_AS_STRING(message), (size_t)mlen);
+        o += mlen;
+        o = put_varint_field(o, 3, (uint64_t)(from_event != 0)); /* AgentDns.from_event */
+    }
+    Py_DECREF(seq);
+    if ((size_t)(o - (uint8_t *)PyBytes_AS_STRING(out)) != total) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_SystemError, "encode_dns_batch: size mismatch");
+        return NULL;
+    }
+    return out;
+}
+
 static PyMethodDef fastpath_functions[] = {
     {"dns_wire", (PyCFunction)(void (*)(void))fastpath_dns_wire, METH_VARARGS | METH_KEYWORDS,
      "dns_wire(payload, timestamp_ns=0, tcp=False, field=0) -> bytes | None: the serialized sensor.flows.DnsMessage\n"
      "of appliance.flows.dns.parse_dns (parse_dns_tcp when tcp), None where it returns None; with field > 0, that\n"
      "message as a length-delimited field of that number"},
+    {"encode_dns_batch", (PyCFunction)fastpath_encode_dns_batch, METH_O,
+     "encode_dns_batch(items) -> bytes: a serialized sensor.flows.DnsBatch of (agent_id, message, from_event) items,\n"
+     "each message a serialized sensor.flows.DnsMessage, written as upb writes it"},
     {"decode_dns_batch", (PyCFunction)(void (*)(void))fastpath_decode_dns_batch, METH_FASTCALL,
      "decode_dns_batch(data, make_dns, make_answer) -> list | None: the (agent_id, DnsMessage, from_event) items of a\n"
      "serialized sensor.flows.DnsBatch, as record_codec reads them with upb; None when an item repeats its message\n"

@@ -11,7 +11,7 @@ from appliance.generated import flow_record_pb2 as pb
 from appliance.flows.tracker import FlowTracker
 from appliance.ingest.convert import PacketConverter
 from appliance.model import DnsAnswer, DnsMessage, FlowRecord
-from appliance.native.fastpath import WireFlow
+from appliance.native.fastpath import WireFlow, encode_dns_batch
 from tests.appliance.detection import scenarios as sc
 
 
@@ -110,3 +110,10 @@ def test_records_the_flow_table_wrote_in_c_decode_to_the_records_python_would_ha
     assert [(f.flow_id, f.agent_id, f.last_ns) for f in wire_flows] == [
         (r.flow_id, r.agent_id, r.last_ns) for r in map(record_codec.record_of, wire_flows)]
     assert [record_codec.expanded(record_codec.record_of(f)).samples for f in as_wire] == [f.samples for f in expanded]
+
+
+@pytest.mark.parametrize("items", [[("a", "not bytes", False)], [(1, b"", False)], [("a", b"")], ["item"],
+                                   [("a", b"", False), ("\ud800", b"", False)]])
+def test_dns_batch_items_of_the_wrong_shape_are_refused(items) -> None:
+    with pytest.raises((TypeError, UnicodeEncodeError)):
+        encode_dns_batch(items)
