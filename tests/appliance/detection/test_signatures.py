@@ -189,6 +189,39 @@ def test_the_regex_operator_answers_as_re2_search_does():
             assert test(text) == (reference.search(text) is not None), (pattern, text)
 
 
+def test_the_regex_literal_prefilter_never_changes_an_answer():
+    """required_literal (operators.py) lets the operator say no without RE2 when an ASCII text lacks a run of
+    characters every match holds. Patterns built from atoms chosen to break that reading (optional and
+    repeated characters, groups, classes with `]` and `[:`, escapes, flags, alternation, anchors) against
+    texts rich in near misses: the operator answers exactly as RE2 alone."""
+    import random
+
+    import re2
+
+    from appliance.detection.signatures.operators import OperatorValueError, _regex_options, required_literal
+
+    rng = random.Random(17)
+    atoms = ["a", "b", "c", "ab", "abc", "dnscat", "DnsCat", "k", "s", "\\.", "\\-", "\\$", "\\ ", ".", "[a-c]", "[^b]",
+             "[]a]", "[[:alpha:]]", "\\d", "\\w", "\\b", "(a|b)", "(?:ab)", "(?i)", "(?-i)", "(?s:.)", "^", "$", "|",
+             "x{1,2}", "é", "\\x41", "\\Qa.b\\E", "{", "}", "]", "-", ",", "=", "/"]
+    quantifiers = ["", "", "", "", "?", "*", "+", "{2}", "{0,2}", "{1,}", "*?", "+?", "??", "{0}"]
+    alphabet = ["a", "b", "c", "k", "s", "x", "A", "B", "C", "K", "S", ".", "-", "$", " ", "1", "dnscat", "DNSCAT",
+                "dnScAt", "abc", "ABC", "\u212a", "\u017f", "é", "É", "=", "/", ","]
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12))) for _ in range(300)]
+    prefiltered = 0
+    for _ in range(3000):
+        pattern = "".join(rng.choice(atoms) + rng.choice(quantifiers) for _ in range(rng.randrange(1, 6)))
+        try:
+            test = OPERATORS["regex"].build(pattern, "str")
+        except OperatorValueError:
+            continue  # RE2 refuses it: no rule can hold it
+        prefiltered += required_literal(pattern) != ""
+        reference = re2.compile(pattern, _regex_options())
+        for text in texts:
+            assert test(text) == (reference.search(text) is not None), (pattern, text, required_literal(pattern))
+    assert prefiltered > 200  # the prefilter was there to get wrong
+
+
 def test_a_protocols_compiled_matcher_answers_as_each_rule_alone_would():
     """compile_lazy (one generated function per protocol, fields read lazily) against the plain reading of
     the rules: a rule matches when every one of its conditions holds on the item's field values."""
