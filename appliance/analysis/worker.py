@@ -27,11 +27,13 @@ from typing import Any
 from appliance.analysis.channel import CONTROL, DNS, FLOWS, STATS, Channel, ChannelClosed
 from appliance.analysis.local import analysis_counters
 from appliance.config import parse_settings
+from appliance.detection import SAMPLED_PROTOCOLS
 from appliance.flows import record_codec
 
 log = logging.getLogger("appliance.analysis.worker")
 
 STATS_EVERY = 0.25  # seconds between counter reports while anything changes
+_SAMPLED = record_codec.sample_mask(SAMPLED_PROTOCOLS)
 
 
 class Worker:
@@ -115,7 +117,7 @@ class Worker:
 
     def _flows(self, payload: bytes) -> None:
         try:
-            flows = record_codec.decode(payload)
+            flows = record_codec.decode(payload, _SAMPLED)
         except record_codec.RecordError:
             self.frames_refused += 1
             log.exception("flow record batch refused")

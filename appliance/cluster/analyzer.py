@@ -42,6 +42,7 @@ from typing import Any
 from appliance.cluster import bus, shared_config
 from appliance.cluster.prevalence import SharedPrevalence
 from appliance.config import Settings
+from appliance.detection import SAMPLED_PROTOCOLS
 from appliance.detection.alert import Alert
 from appliance.flows import record_codec
 from appliance.model import FlowRecord
@@ -52,6 +53,7 @@ READ_COUNT = 16  # entries per partition per read (an entry holds up to 256 flow
 BLOCK_MS = 200
 CONFIG_CHECK_SECONDS = 1.0  # how often the version of the manager's shared settings is read (one GET)
 BACKOFF = (0.5, 5.0)
+_SAMPLED = record_codec.sample_mask(SAMPLED_PROTOCOLS)  # the samples the layers read
 
 _ALERT_FIELDS = tuple(f.name for f in dataclasses.fields(Alert))  # shallow: json.dumps walks the rest
 
@@ -346,7 +348,7 @@ class Analyzer:
             kind, data = fields.get(b"k"), fields.get(b"d", b"")
             try:
                 if kind == bus.KIND_FLOWS:
-                    decoded.append((kind, record_codec.decode(data), None))
+                    decoded.append((kind, record_codec.decode(data, _SAMPLED), None))
                 elif kind == bus.KIND_DNS:
                     decoded.append((kind, None, record_codec.decode_dns(data)))
                 else:

@@ -21,6 +21,13 @@ if TYPE_CHECKING:
     from appliance.detection.signatures.watcher import SignatureWatcher
 
 
+# The IP protocols whose payload samples the layers read: TCP (HTTP requests and TLS handshakes: facts.py) and
+# ICMP (the ICMP analyzer, icmp signatures). The analysis process decodes no other flow's samples (a DNS flow
+# carries up to 8, never read: its messages are in `dns`). A layer that comes to read more adds its protocol
+# here; tests/appliance/analysis/test_worker.py holds the detections equal with and without the mask.
+SAMPLED_PROTOCOLS = frozenset({1, 6})
+
+
 @dataclass
 class DetectionParts:
     """Handles on the detection objects `app.build` wired (for the Appliance, tests and benchmarks)."""

@@ -212,14 +212,24 @@ def _wire_kept(record: FlowRecord) -> tuple[list[DnsMessage], list[Packet]]:
     return dns, _samples(header, dns)
 
 
-def decode(data: bytes) -> list[FlowRecord]:
+def sample_mask(protocols: Iterable[int]) -> bytes:
+    """`decode`'s `sampled`: a flag per IP protocol number."""
+    wanted = set(protocols)
+    return bytes(p in wanted for p in range(256))
+
+
+def decode(data: bytes, sampled: bytes | None = None) -> list[FlowRecord]:
     """The records of a serialized FlowRecordBatch; RecordError when it is not one this version reads.
+
+    `sampled` (`sample_mask`): only records of these IP protocols get their samples; the others' sample
+    entries are skipped unread, and their `samples` stay empty (what a reader that never looks at them wants).
 
     Read in C (fastpath.decode_records): the same records `_decode_python` makes, field for field, at a
     fraction of the cost of upb attribute reads and a Python call per record, sample and message.
     """
     try:
-        return decode_records(data, _MAKE_RECORD, _MAKE_PACKET, _MAKE_DNS, _MAKE_ANSWER, _MAKE_ICMP, TRANSPORT_OF_PROTOCOL)
+        return decode_records(data, _MAKE_RECORD, _MAKE_PACKET, _MAKE_DNS, _MAKE_ANSWER, _MAKE_ICMP, TRANSPORT_OF_PROTOCOL,
+                              sampled)
     except ValueError as err:  # broken encoding, invalid UTF-8 (UnicodeDecodeError), another version
         raise RecordError(f"not a flow record batch of version {VERSION}: {err}") from None
 

@@ -2091,6 +2091,7 @@ static const uint8_t RECORD_SAMPLE_KINDS[] = {[S_RECORD_SAMPLES] = K_MSG};
 
 typedef struct {
     PyObject *make_record, *make_packet, *make_dns, *make_answer, *make_icmp, *transports;
+    const uint8_t *sampled; /* 256 flags: the IP protocols whose samples are read (NULL: every one) */
 } RecordMakers;
 
 enum { H_PROTOCOL, H_TRANSPORT, H_LOCAL_IP, H_REMOTE_IP, H_LOCAL_PORT, H_REMOTE_PORT, H_COUNT };
@@ -2238,7 +2239,8 @@ static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
     int ok = 1;
     for (int i = 0; i < RF_COUNT + 2; i++)
         ok &= args[i] != NULL;
-    if (ok) {
+    const uint8_t *sampled = ctx->mk->sampled;
+    if (ok && (sampled == NULL || (protocol < 256 && sampled[protocol]))) {
         PyObject *const head[H_COUNT] = {args[RF_PROTOCOL], args[RF_TRANSPORT], args[RF_LOCAL_IP],
                                          args[RF_REMOTE_IP], args[RF_LOCAL_PORT], args[RF_REMOTE_PORT]};
         memcpy(sub.head, head, sizeof(head));
@@ -2254,19 +2256,28 @@ static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
     return append_owned(ctx->list, call_owned(ctx->mk->make_record, args, RF_COUNT + 2));
 }
 
-/* decode_records(data, make_record, make_packet, make_dns, make_answer, make_icmp, transports) -> list */
+/* decode_records(data, make_record, make_packet, make_dns, make_answer, make_icmp, transports[, sampled]) -> list;
+ * `sampled`, 256 bytes, names the IP protocols whose samples are read (non-zero); the others' records come with
+ * no samples, their sample entries skipped unread (the analysis process reads only what its layers read). */
 static PyObject *fastpath_decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "decode_records takes 7 arguments: data, make_record, make_packet, make_dns, "
-                                         "make_answer, make_icmp, transports");
+    if (nargs != 7 && nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "decode_records takes 7 or 8 arguments: data, make_record, make_packet, "
+                                         "make_dns, make_answer, make_icmp, transports[, sampled]");
         return NULL;
     }
-    RecordMakers mk = {args[1], args[2], args[3], args[4], args[5], args[6]};
+    RecordMakers mk = {args[1], args[2], args[3], args[4], args[5], args[6], NULL};
     if (!PyTuple_Check(mk.transports) || PyTuple_GET_SIZE(mk.transports) != 256) {
         PyErr_SetString(PyExc_TypeError, "transports must be a tuple of 256: the transport of each IP protocol");
         return NULL;
+    }
+    if (nargs == 8 && args[7] != Py_None) {
+        if (!PyBytes_Check(args[7]) || PyBytes_GET_SIZE(args[7]) != 256) {
+            PyErr_SetString(PyExc_TypeError, "sampled must be 256 bytes: non-zero for the IP protocols whose samples are read");
+            return NULL;
+        }
+        mk.sampled = (const uint8_t *)PyBytes_AS_STRING(args[7]);
     }
     Py_buffer data;
     if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0)
@@ -2472,7 +2483,7 @@ static PyMethodDef fastpath_functions[] = {
      "serialized sensor.flows.DnsBatch, as record_codec reads them with upb; None when an item repeats its message\n"
      "field (upb merges the repeats: read such a batch with upb); ValueError for bytes that are not a DnsBatch"},
     {"decode_records", (PyCFunction)(void (*)(void))fastpath_decode_records, METH_FASTCALL,
-     "decode_records(data, make_record, make_packet, make_dns, make_answer, make_icmp, transports) -> list: the\n"
+     "decode_records(data, make_record, make_packet, make_dns, make_answer, make_icmp, transports[, sampled]) -> list: the\n"
      "FlowRecords of a serialized sensor.flows.FlowRecordBatch as appliance.flows.record_codec reads them (made by\n"
      "calling the five factories; transports: the transport of each IP protocol); ValueError when the bytes are\n"
      "not a version 1 batch"},

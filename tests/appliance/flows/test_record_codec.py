@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -117,3 +118,13 @@ def test_records_the_flow_table_wrote_in_c_decode_to_the_records_python_would_ha
 def test_dns_batch_items_of_the_wrong_shape_are_refused(items) -> None:
     with pytest.raises((TypeError, UnicodeEncodeError)):
         encode_dns_batch(items)
+
+
+def test_a_sample_mask_leaves_only_the_other_protocols_samples_out() -> None:
+    flows = flows_of(sc.iodine_tunnel(seconds=20), sc.benign_office(1, minutes=3), sc.icmp_tunnel())
+    data = record_codec.encode(flows)
+    masked = record_codec.decode(data, record_codec.sample_mask({1, 6}))
+    assert [dataclasses.replace(f, samples=[]) if f.protocol not in (1, 6) else f for f in flows] == masked
+    assert any(f.protocol == 17 and f.samples for f in flows)
+    with pytest.raises(TypeError, match="256 bytes"):
+        record_codec.decode(data, b"\x01" * 255)
