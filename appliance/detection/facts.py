@@ -2,6 +2,10 @@
 
 The layers run one after another on the analysis thread, so a one-entry cache keyed on the flow
 object is enough to parse each payload once however many layers ask.
+
+The samples of a TCP flow are walked once in C (`native_dpi.sample_facts`: which may open an HTTP request
+or response, both directions' handshake bytes joined and their hellos read); `facts_reference` is the same
+in Python, what the tests hold `FlowFacts.facts` to.
 """
 
 from __future__ import annotations
@@ -9,9 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from appliance.detection.dpi.http_parse import HttpRequest, HttpResponse, parse_request, parse_response
-from appliance.detection.dpi.tls_meta import TlsMetadata, tls_metadata
+from appliance.detection.dpi.tls_fingerprint import FingerprintMemo
+from appliance.detection.dpi.tls_meta import Hellos, TlsMetadata, metadata_of, tls_metadata_reference
 from appliance.detection.dpi.tls_parse import ClientHello
 from appliance.model import FlowRecord, Transport
+from appliance.native import dpi as native_dpi
 
 _OUTBOUND = 1
 
@@ -29,8 +35,9 @@ class Facts:
 class FlowFacts:
     """`facts(flow)` parses the flow's samples on first use and returns the same object after."""
 
-    def __init__(self, tls_views: bool = True) -> None:
+    def __init__(self, tls_views: bool = True, fingerprints: FingerprintMemo | None = None) -> None:
         self._tls_views = tls_views  # put the REST view of the TLS metadata on the record (see _read_tls)
+        self._fingerprints = fingerprints if fingerprints is not None else FingerprintMemo()
         self._flow: FlowRecord | None = None
         self._facts = Facts()
         self.tls_handshakes = 0  # flows with a ClientHello or ServerHello read
@@ -43,28 +50,27 @@ class FlowFacts:
             return self._facts
         result = Facts()
         if flow.transport is Transport.TCP and flow.samples:
-            handshake = False
-            for pkt in flow.samples:
-                payload = pkt.payload
-                if payload[:1] == b"\x16":
-                    handshake = True
-                elif pkt.direction == _OUTBOUND:
-                    if payload[:1].isalpha():
+            found = native_dpi.sample_facts(flow.samples)
+            if found is not None:
+                requests, responses, hellos = found
+                if requests is not None:
+                    for payload in requests:
                         request = parse_request(payload)
                         if request is not None:
                             result.http_requests.append(request)
-                elif payload[:5] == b"HTTP/":
-                    response = parse_response(payload)
-                    if response is not None:
-                        result.http_responses.append(response)
-            if handshake:
-                self._read_tls(flow, result)
+                if responses is not None:
+                    for payload in responses:
+                        response = parse_response(payload)
+                        if response is not None:
+                            result.http_responses.append(response)
+                if hellos is not None:
+                    self._read_tls(flow, result, hellos)
         self._flow = flow
         self._facts = result
         return result
 
-    def _read_tls(self, flow: FlowRecord, result: Facts) -> None:
-        meta = tls_metadata(flow)
+    def _read_tls(self, flow: FlowRecord, result: Facts, hellos: Hellos) -> None:
+        meta = metadata_of(hellos, self._fingerprints)
         if meta is None:
             self.tls_unreadable += 1
             return
@@ -76,3 +82,29 @@ class FlowFacts:
         if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
             flow.tls = meta.view()
         result.client_hello = meta.client_hello
+
+
+def facts_reference(flow: FlowRecord) -> tuple[Facts, bool]:
+    """`FlowFacts.facts` in Python, one sample at a time: the facts, and whether a sample opened a
+    handshake record (FlowFacts counts such a flow as tls_unreadable when it holds no hello)."""
+    result = Facts()
+    handshake = False
+    if flow.transport is Transport.TCP and flow.samples:
+        for pkt in flow.samples:
+            payload = pkt.payload
+            if payload[:1] == b"\x16":
+                handshake = True
+            elif pkt.direction == _OUTBOUND:
+                if payload[:1].isalpha():
+                    request = parse_request(payload)
+                    if request is not None:
+                        result.http_requests.append(request)
+            elif payload[:5] == b"HTTP/":
+                response = parse_response(payload)
+                if response is not None:
+                    result.http_responses.append(response)
+        if handshake:
+            meta = tls_metadata_reference(flow)
+            if meta is not None:
+                result.tls, result.client_hello = meta, meta.client_hello
+    return result, handshake

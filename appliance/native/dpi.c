@@ -13,6 +13,16 @@
  *     The hello at the start of a direction's joined samples (tls_hello.h, the twin of tls_parse.py), its
  *     fields in the order of the dataclass, and the strings its fingerprints hash (tlsh_client_texts,
  *     tlsh_server_texts); None where parse_*_hello_reference gives None.
+ * sample_facts(samples) -> (requests, responses, hellos) | None
+ *     What FlowFacts.facts reads of a TCP flow's samples (packets: .payload bytes-like, .direction), in one
+ *     pass (the twin of facts.facts_reference's loop and tls_meta._joined): the payloads that may open an
+ *     HTTP request (outbound, first byte an ASCII letter) or response (not outbound, "HTTP/") as lists, None
+ *     when there is none; `hellos` None when no sample opens a handshake record (first byte 0x16), else
+ *     (client fields | None, client key | None, server fields | None, server key | None, chain | None): each
+ *     direction's samples joined from the first that opens a record, its hello read as client_hello /
+ *     server_hello do, the fingerprint texts as one memo key ("|" between them, tls_fingerprint.FingerprintMemo)
+ *     and, where a ServerHello was read, the certificate chain (tls_parse.certificate_chain): ([DER], complete).
+ *     None when the flow has neither a handshake nor an HTTP candidate.
  * client_hello_texts(hello) -> (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)
  * server_hello_texts(hello) -> (ja4s head, ja4s extensions)
  *     The same strings from a ClientHello/ServerHello object (its integers must be 16-bit, its ALPN bytes).
@@ -231,7 +241,9 @@ static PyObject *bytes_of(tlsh_bytes b)
 #define TEXT_ON_STACK 4096
 #define SORT_ON_STACK 512
 
-static PyObject *client_texts_tuple(const tlsh_client_view *view)
+/* The client texts as a tuple of four str, or (`as_key`) as one str with '|' between them: the key of the
+ * fingerprint memo (tls_fingerprint.FingerprintMemo; no text holds a '|'). */
+static PyObject *client_texts_object(const tlsh_client_view *view, int as_key)
 {
     char text_stack[TEXT_ON_STACK];
     uint16_t sort_stack[SORT_ON_STACK];
@@ -244,13 +256,24 @@ static PyObject *client_texts_tuple(const tlsh_client_view *view)
     } else {
         size_t lens[4];
         tlsh_client_texts(view, text, sort, lens);
-        out = PyTuple_New(4);
-        for (size_t i = 0, at = 0; out != NULL && i < 4; at += lens[i], i++) {
-            PyObject *item = ascii_text(text + at, lens[i]);
-            if (item == NULL)
-                Py_CLEAR(out);
-            else
-                PyTuple_SET_ITEM(out, (Py_ssize_t)i, item);
+        if (as_key) {
+            out = PyUnicode_New((Py_ssize_t)(lens[0] + lens[1] + lens[2] + lens[3] + 3), 127);
+            char *key = out != NULL ? (char *)PyUnicode_1BYTE_DATA(out) : NULL;
+            for (size_t i = 0, at = 0; key != NULL && i < 4; at += lens[i], i++) {
+                if (i)
+                    *key++ = '|';
+                memcpy(key, text + at, lens[i]);
+                key += lens[i];
+            }
+        } else {
+            out = PyTuple_New(4);
+            for (size_t i = 0, at = 0; out != NULL && i < 4; at += lens[i], i++) {
+                PyObject *item = ascii_text(text + at, lens[i]);
+                if (item == NULL)
+                    Py_CLEAR(out);
+                else
+                    PyTuple_SET_ITEM(out, (Py_ssize_t)i, item);
+            }
         }
     }
     if (text != text_stack)
@@ -260,7 +283,8 @@ static PyObject *client_texts_tuple(const tlsh_client_view *view)
     return out;
 }
 
-static PyObject *server_texts_tuple(const tlsh_server_view *view)
+/* The server texts as a tuple of two str, or (`as_key`) as one str "head|extensions". */
+static PyObject *server_texts_object(const tlsh_server_view *view, int as_key)
 {
     char text_stack[TEXT_ON_STACK];
     size_t need = tlsh_server_text_bound(view);
@@ -269,7 +293,18 @@ static PyObject *server_texts_tuple(const tlsh_server_view *view)
         return PyErr_NoMemory();
     size_t lens[2];
     tlsh_server_texts(view, text, lens);
-    PyObject *out = Py_BuildValue("(s#s#)", text, (Py_ssize_t)lens[0], text + lens[0], (Py_ssize_t)lens[1]);
+    PyObject *out;
+    if (as_key) {
+        out = PyUnicode_New((Py_ssize_t)(lens[0] + lens[1] + 1), 127);
+        if (out != NULL) {
+            char *key = (char *)PyUnicode_1BYTE_DATA(out);
+            memcpy(key, text, lens[0]);
+            key[lens[0]] = '|';
+            memcpy(key + lens[0] + 1, text + lens[0], lens[1]);
+        }
+    } else {
+        out = Py_BuildValue("(s#s#)", text, (Py_ssize_t)lens[0], text + lens[0], (Py_ssize_t)lens[1]);
+    }
     if (text != text_stack)
         PyMem_Free(text);
     return out;
@@ -298,6 +333,13 @@ static PyObject *client_fields(const tlsh_client_hello *h)
                          PyBool_FromLong(h->has_sni_extension), PyBool_FromLong(h->complete));
 }
 
+/* The ServerHello dataclass's fields, in order. */
+static PyObject *server_fields(const tlsh_server_hello *h)
+{
+    return Py_BuildValue("(IININO)", h->view.legacy_version, h->view.cipher, u16_tuple(h->view.extensions),
+                         h->view.selected_version, bytes_of(h->view.alpn), h->complete ? Py_True : Py_False);
+}
+
 static PyObject *client_hello(PyObject *module, PyObject *payload)
 {
     Py_buffer view;
@@ -306,7 +348,7 @@ static PyObject *client_hello(PyObject *module, PyObject *payload)
     tlsh_scratch scratch;
     tlsh_client_hello hello;
     int found = tlsh_parse_client_hello(view.buf, (size_t)view.len, &scratch, &hello);
-    PyObject *out = found ? Py_BuildValue("(NN)", client_fields(&hello), client_texts_tuple(&hello.view)) : Py_NewRef(Py_None);
+    PyObject *out = found ? Py_BuildValue("(NN)", client_fields(&hello), client_texts_object(&hello.view, 0)) : Py_NewRef(Py_None);
     PyBuffer_Release(&view);
     return out;
 }
@@ -322,19 +364,17 @@ static PyObject *server_hello(PyObject *module, PyObject *payload)
     PyBuffer_Release(&view);
     if (!found)
         Py_RETURN_NONE;
-    return Py_BuildValue("((IININO)N)", hello.view.legacy_version, hello.view.cipher, u16_tuple(hello.view.extensions),
-                         hello.view.selected_version, bytes_of(hello.view.alpn), hello.complete ? Py_True : Py_False,
-                         server_texts_tuple(&hello.view));
+    return Py_BuildValue("(NN)", server_fields(&hello), server_texts_object(&hello.view, 0));
 }
 
 /* The attribute names the *_texts functions read, interned once per module: PyObject_GetAttrString would make
  * a new str per call, and CPython's type attribute cache keeps the last names it saw alive (bounded, but it
  * grows with every new address under a sanitizer's allocator). */
 enum { A_LEGACY_VERSION, A_CIPHERS, A_EXTENSIONS, A_SUPPORTED_VERSIONS, A_SIGNATURE_ALGORITHMS, A_GROUPS,
-       A_POINT_FORMATS, A_ALPN, A_CIPHER, A_SELECTED_VERSION, A_COUNT };
+       A_POINT_FORMATS, A_ALPN, A_CIPHER, A_SELECTED_VERSION, A_PAYLOAD, A_DIRECTION, A_COUNT };
 static const char *const attribute_names[A_COUNT] = {
     "legacy_version", "ciphers", "extensions", "supported_versions", "signature_algorithms", "groups",
-    "point_formats", "alpn", "cipher", "selected_version"};
+    "point_formats", "alpn", "cipher", "selected_version", "payload", "direction"};
 
 typedef struct {
     PyObject *names[A_COUNT];
@@ -447,7 +487,7 @@ static PyObject *client_hello_texts(PyObject *module, PyObject *hello)
         if (bytes_of_object(alpn, "alpn[0]", &view.alpn_first) < 0)
             goto done;
     }
-    out = client_texts_tuple(&view);
+    out = client_texts_object(&view, 0);
 done:
     Py_XDECREF(alpn);
     for (int i = 0; i < LISTS; i++)
@@ -469,14 +509,187 @@ static PyObject *server_hello_texts(PyObject *module, PyObject *hello)
     alpn = attribute(module, hello, A_ALPN);
     if (alpn == NULL || bytes_of_object(alpn, "alpn", &view.alpn) < 0)
         goto done;
-    out = server_texts_tuple(&view);
+    out = server_texts_object(&view, 0);
 done:
     Py_XDECREF(alpn);
     PyMem_Free(pool[0]);
     return out;
 }
 
+/* One direction's samples joined from the first that opens a handshake record (tls_meta._joined), as far
+ * as the hello and certificate readers look: their first TLSH_MAX_HANDSHAKE_BYTES. */
+typedef struct {
+    unsigned char bytes[TLSH_MAX_HANDSHAKE_BYTES];
+    size_t len;
+    int open;
+} sample_join;
+
+static void join_sample(sample_join *join, const unsigned char *payload, size_t n)
+{
+    if (!join->open) {
+        if (n == 0 || payload[0] != TLSH_HANDSHAKE)
+            return;
+        join->open = 1;
+    }
+    size_t room = TLSH_MAX_HANDSHAKE_BYTES - join->len, take = n < room ? n : room;
+    memcpy(join->bytes + join->len, payload, take);
+    join->len += take;
+}
+
+/* Appends `item` to the list at *list, made on first use. */
+static int append_lazily(PyObject **list, PyObject *item)
+{
+    if (*list == NULL && (*list = PyList_New(0)) == NULL)
+        return -1;
+    return PyList_Append(*list, item);
+}
+
+/* A direction as the Python compares it: 1 (outbound), 2 (inbound), or 0 for anything else (other ints,
+ * not an int at all). */
+static int sample_direction(PyObject *value)
+{
+    if (!PyLong_Check(value))
+        return 0;
+    int overflow;
+    long v = PyLong_AsLongAndOverflow(value, &overflow);
+    return overflow == 0 && (v == 1 || v == 2) ? (int)v : 0;
+}
+
+/* Walks the samples once: HTTP candidates into *requests/*responses (the payload objects themselves), both
+ * directions joined; *handshake when a sample opens a handshake record. */
+static int classify_samples(PyObject *module, PyObject *samples, sample_join joins[2], int *handshake,
+                            PyObject **requests, PyObject **responses)
+{
+    PyObject *seq = PySequence_Fast(samples, "sample_facts() takes a sequence of packets");
+    if (seq == NULL)
+        return -1;
+    int status = 0;
+    /* The size is read again each turn and each packet held while read: a list changed under the loop (by an
+     * attribute getter of some other packet type) is walked as far as it goes, never past its end. */
+    for (Py_ssize_t i = 0; status == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *packet = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        PyObject *payload = attribute(module, packet, A_PAYLOAD);
+        PyObject *direction_value = payload != NULL ? attribute(module, packet, A_DIRECTION) : NULL;
+        Py_buffer view;
+        if (direction_value == NULL || PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE) < 0) {
+            status = -1;
+        } else {
+            int direction = sample_direction(direction_value);
+            const unsigned char *p = view.buf;
+            size_t n = (size_t)view.len;
+            if (n > 0 && p[0] == TLSH_HANDSHAKE)
+                *handshake = 1;
+            else if (direction == 1 && n > 0 && ((p[0] | 0x20) >= 'a' && (p[0] | 0x20) <= 'z'))
+                status = append_lazily(requests, payload);  /* payload[:1].isalpha() */
+            else if (direction != 1 && n >= 5 && memcmp(p, "HTTP/", 5) == 0)
+                status = append_lazily(responses, payload);
+            if (direction != 0)
+                join_sample(&joins[direction - 1], p, n);
+            PyBuffer_Release(&view);
+        }
+        Py_XDECREF(direction_value);
+        Py_XDECREF(payload);
+        Py_DECREF(packet);
+    }
+    Py_DECREF(seq);
+    return status;
+}
+
+/* The Python objects of one direction's hello: (fields, memo key), or (None, None) when the joined bytes
+ * hold none. `server` picks the ServerHello reader; its handshake stream's certificate chain goes to *chain. */
+static int hello_objects(const sample_join *join, int server, tlsh_scratch *scratch, PyObject **fields, PyObject **key,
+                         PyObject **chain)
+{
+    *fields = Py_NewRef(Py_None);
+    *key = Py_NewRef(Py_None);
+    if (!join->open)
+        return 0;
+    PyObject *made_fields, *made_key;
+    if (!server) {
+        tlsh_client_hello hello;
+        if (!tlsh_parse_client_hello(join->bytes, join->len, scratch, &hello))
+            return 0;
+        made_fields = client_fields(&hello);
+        made_key = made_fields != NULL ? client_texts_object(&hello.view, 1) : NULL;
+    } else {
+        tlsh_server_hello hello;
+        if (!tlsh_parse_server_hello(join->bytes, join->len, scratch, &hello))
+            return 0;
+        made_fields = server_fields(&hello);
+        made_key = made_fields != NULL ? server_texts_object(&hello.view, 1) : NULL;
+    }
+    if (made_key == NULL) {
+        Py_XDECREF(made_fields);
+        return -1;
+    }
+    Py_SETREF(*fields, made_fields);
+    Py_SETREF(*key, made_key);
+    if (!server)
+        return 0;
+    /* tls_metadata reads the chain where a ServerHello was read: same stream, read again (the hello's
+     * results pointed into it and are Python objects by now). */
+    tlsh_bytes certs[TLSH_MAX_CERTIFICATES];
+    int complete;
+    int n = tlsh_certificate_chain(scratch->stream, tlsh_handshake_stream(join->bytes, join->len, scratch), certs,
+                                   &complete);
+    if (n < 0)
+        return 0;
+    PyObject *ders = PyList_New(n);
+    for (int i = 0; ders != NULL && i < n; i++) {
+        PyObject *der = bytes_of(certs[i]);
+        if (der == NULL)
+            Py_CLEAR(ders);
+        else
+            PyList_SET_ITEM(ders, i, der);
+    }
+    if (ders == NULL)
+        return -1;
+    Py_SETREF(*chain, Py_BuildValue("(NO)", ders, complete ? Py_True : Py_False));
+    return *chain != NULL ? 0 : -1;
+}
+
+/* sample_facts(samples): see the top of this file. */
+static PyObject *sample_facts(PyObject *module, PyObject *samples)
+{
+    sample_join joins[2];
+    joins[0].len = joins[1].len = 0;
+    joins[0].open = joins[1].open = 0;
+    int handshake = 0;
+    PyObject *requests = NULL, *responses = NULL, *out = NULL;
+    if (classify_samples(module, samples, joins, &handshake, &requests, &responses) < 0)
+        goto done;
+    if (!handshake && requests == NULL && responses == NULL) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *hellos = Py_NewRef(Py_None);
+    if (handshake) {
+        tlsh_scratch scratch;
+        PyObject *client = NULL, *client_key = NULL, *server = NULL, *server_key = NULL, *chain = Py_NewRef(Py_None);
+        if (hello_objects(&joins[0], 0, &scratch, &client, &client_key, &chain) < 0
+            || hello_objects(&joins[1], 1, &scratch, &server, &server_key, &chain) < 0) {
+            Py_XDECREF(client);
+            Py_XDECREF(client_key);
+            Py_XDECREF(server);
+            Py_XDECREF(server_key);
+            Py_DECREF(chain);
+            Py_DECREF(hellos);
+            goto done;
+        }
+        Py_SETREF(hellos, Py_BuildValue("(NNNNN)", client, client_key, server, server_key, chain));
+        if (hellos == NULL)
+            goto done;
+    }
+    out = Py_BuildValue("(OON)", requests != NULL ? requests : Py_None, responses != NULL ? responses : Py_None, hellos);
+done:
+    Py_XDECREF(requests);
+    Py_XDECREF(responses);
+    return out;
+}
+
 static PyMethodDef dpi_functions[] = {
+    {"sample_facts", sample_facts, METH_O,
+     "sample_facts(samples) -> (requests, responses, hellos) | None: a TCP flow's samples read in one pass."},
     {"client_hello", client_hello, METH_O,
      "client_hello(payload) -> ((ClientHello fields), (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)) | None."},
     {"server_hello", server_hello, METH_O,

@@ -5,8 +5,9 @@ randomisation in browsers does not change it); JA3 is kept for compatibility wit
 intelligence. GREASE values (RFC 8701) are ignored everywhere.
 
 The strings the fingerprints hash are built in C (appliance/native/tls_hello.h), in the same call that reads
-the hello for `read_client_hello`/`read_server_hello`; hashing stays with hashlib. `ja4_reference`,
-`ja4s_reference` and `ja3_string_reference` are the Python the C equals (tests/appliance/native/test_tls_hello.py).
+the hello for `read_client_hello`/`read_server_hello`; hashing stays with hashlib, behind `FingerprintMemo` on
+the analysis path. `ja4_reference`, `ja4s_reference` and `ja3_string_reference` are the Python the C equals
+(tests/appliance/native/test_tls_hello.py).
 """
 
 from __future__ import annotations
@@ -98,6 +99,50 @@ def read_server_hello(payload: bytes, transport: str = "t") -> tuple[ServerHello
         return None
     fields, texts = found
     return ServerHello(*fields), _ja4s_of(texts, transport)
+
+
+class FingerprintMemo:
+    """JA4 and JA3 of a ClientHello, JA4S of a ServerHello, from the texts they hash (the keys that
+    `native_dpi.sample_facts` gives: the texts with "|" between them), remembered.
+
+    Hashing (three SHA-256 and an MD5 per TLS flow) cost more than reading the hellos, and the texts repeat
+    flow after flow: they are a function of the client software and the server's configuration, not of the
+    connection (random, session id and SNI are not in them). Keys are attacker-chosen: plain dicts (str
+    hashing is keyed SipHash), at most `entries` keys per side of at most `max_key` characters (a longer key
+    is hashed each time, never kept); a full memo starts over."""
+
+    def __init__(self, entries: int = 1024, max_key: int = 2048) -> None:
+        self._clients: dict[str, tuple[str, str]] = {}
+        self._servers: dict[str, str] = {}
+        self._entries = entries
+        self._max_key = max_key
+
+    def client(self, key: str) -> tuple[str, str]:
+        """(JA4, JA3) of the ClientHello texts `key` ("head|ciphers|extensions|ja3 string"), transport "t"."""
+        prints = self._clients.get(key)
+        if prints is None:
+            head, ciphers, extensions, ja3_text = key.split("|")
+            prints = _ja4_of((head, ciphers, extensions, ja3_text), "t"), _ja3_of(ja3_text)
+            if len(key) <= self._max_key:
+                if len(self._clients) >= self._entries:
+                    self._clients.clear()
+                self._clients[key] = prints
+        return prints
+
+    def server(self, key: str) -> str:
+        """JA4S of the ServerHello texts `key` ("head|extensions"), transport "t"."""
+        ja4s_value = self._servers.get(key)
+        if ja4s_value is None:
+            head, extensions = key.split("|")
+            ja4s_value = _ja4s_of((head, extensions), "t")
+            if len(key) <= self._max_key:
+                if len(self._servers) >= self._entries:
+                    self._servers.clear()
+                self._servers[key] = ja4s_value
+        return ja4s_value
+
+    def __len__(self) -> int:
+        return len(self._clients) + len(self._servers)
 
 
 def ja4_reference(hello: ClientHello, transport: str = "t") -> str:

@@ -3,6 +3,11 @@
 Samples are the first payload-bearing packets of the flow, in order. A hello larger than one TCP
 segment (Chrome's, with post-quantum key shares, is about 1.8 KB) spans several samples of the same
 direction, so each direction's samples are joined from the first one that opens a handshake record.
+
+The samples are walked, joined and read in one C call (`native_dpi.sample_facts`, which also gives
+FlowFacts its HTTP candidates); `metadata_of` makes the objects, the fingerprints from a FingerprintMemo.
+`tls_metadata_reference` is the same in Python (the reference parsers and hashlib, nothing remembered),
+what the tests hold the C path to.
 """
 
 from __future__ import annotations
@@ -11,9 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.detection.dpi.tls_cert import CertificateInfo, read_certificate
-from appliance.detection.dpi.tls_fingerprint import read_client_hello, read_server_hello
-from appliance.detection.dpi.tls_parse import MAX_HANDSHAKE_BYTES, ClientHello, ServerHello, certificate_chain, version_name
+from appliance.detection.dpi.tls_fingerprint import (FingerprintMemo, _ja3_of, ja3_string_reference, ja4_reference,
+                                                     ja4s_reference)
+from appliance.detection.dpi.tls_parse import (MAX_HANDSHAKE_BYTES, ClientHello, ServerHello, certificate_chain,
+                                               parse_client_hello_reference, parse_server_hello_reference, version_name)
 from appliance.model import FlowRecord, Packet
+from appliance.native import dpi as native_dpi
 
 _OUTBOUND, _INBOUND = 1, 2
 
@@ -44,7 +52,8 @@ class TlsMetadata:
 
     @property
     def complete(self) -> bool:
-        return self.chain_complete and all(h.complete for h in (self.client_hello, self.server_hello) if h is not None)
+        client, server = self.client_hello, self.server_hello
+        return self.chain_complete and (client is None or client.complete) and (server is None or server.complete)
 
     def view(self) -> dict[str, Any]:
         """The REST flow view's `tls` object."""
@@ -81,18 +90,57 @@ def opens_handshake(flow: FlowRecord) -> bool:
     return any(p.payload[:1] == b"\x16" for p in flow.samples)
 
 
-def tls_metadata(flow: FlowRecord) -> TlsMetadata | None:
+# What `native_dpi.sample_facts` gives for a flow whose samples open a handshake: (client fields, client
+# texts key, server fields, server texts key, ([certificate DER], chain complete)), each None where absent.
+Hellos = tuple[tuple[Any, ...] | None, str | None, tuple[Any, ...] | None, str | None, tuple[list[bytes], bool] | None]
+
+
+def metadata_of(hellos: Hellos, memo: FingerprintMemo) -> TlsMetadata | None:
+    """The handshake metadata from what `native_dpi.sample_facts` read; None when it read neither hello."""
+    client, client_key, server, server_key, chain = hellos
+    if client is None:
+        if server is None:
+            return None
+        hello, ja4, ja3 = None, "", ""
+    else:
+        hello = ClientHello(*client)
+        ja4, ja3 = memo.client(client_key)  # type: ignore[arg-type]  # a key with every hello
+    if server is None:
+        return TlsMetadata(hello, None, ja4, "", ja3, [])
+    certificates: list[CertificateInfo] = []
+    chain_complete, unreadable = True, 0
+    if chain is not None:
+        ders, chain_complete = chain
+        for der in ders:
+            info = read_certificate(der)
+            if info is None:
+                unreadable += 1
+            else:
+                certificates.append(info)
+    return TlsMetadata(hello, ServerHello(*server), ja4, memo.server(server_key), ja3,  # type: ignore[arg-type]
+                       certificates, chain_complete, unreadable)
+
+
+def tls_metadata(flow: FlowRecord, memo: FingerprintMemo | None = None) -> TlsMetadata | None:
     """The handshake metadata of `flow`, or None when its samples hold neither hello."""
-    client = read_client_hello(_joined(flow.samples, _OUTBOUND))
+    found = native_dpi.sample_facts(flow.samples)
+    if found is None or found[2] is None:
+        return None
+    return metadata_of(found[2], memo if memo is not None else FingerprintMemo())
+
+
+def tls_metadata_reference(flow: FlowRecord) -> TlsMetadata | None:
+    """`tls_metadata` in Python (reference parsers, hashlib each time): what the C path must give."""
+    client = parse_client_hello_reference(_joined(flow.samples, _OUTBOUND))
     inbound = _joined(flow.samples, _INBOUND)
-    server = read_server_hello(inbound)
+    server = parse_server_hello_reference(inbound)
     if client is None and server is None:
         return None
-    meta = TlsMetadata(None, None)
+    meta = TlsMetadata(client, server)
     if client is not None:
-        meta.client_hello, meta.ja4, meta.ja3 = client
+        meta.ja4, meta.ja3 = ja4_reference(client), _ja3_of(ja3_string_reference(client))
     if server is not None:
-        meta.server_hello, meta.ja4s = server
+        meta.ja4s = ja4s_reference(server)
         chain = certificate_chain(inbound)
         if chain is not None:
             ders, meta.chain_complete = chain
