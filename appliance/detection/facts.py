@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 from appliance.detection.dpi.http_parse import HttpRequest, HttpResponse, parse_request, parse_response
 from appliance.detection.dpi.tls_fingerprint import FingerprintMemo
-from appliance.detection.dpi.tls_meta import Hellos, TlsMetadata, metadata_of, tls_metadata_reference
+from appliance.detection.dpi.tls_meta import TlsMetadata, metadata_of, tls_metadata_reference
 from appliance.detection.dpi.tls_parse import ClientHello
 from appliance.model import FlowRecord, Transport
 from appliance.native import dpi as native_dpi
 
 _OUTBOUND = 1
+_sample_facts = native_dpi.sample_facts
 
 
 @dataclass(slots=True)
@@ -36,7 +37,7 @@ class FlowFacts:
     """`facts(flow)` parses the flow's samples on first use and returns the same object after."""
 
     def __init__(self, tls_views: bool = True, fingerprints: FingerprintMemo | None = None) -> None:
-        self._tls_views = tls_views  # put the REST view of the TLS metadata on the record (see _read_tls)
+        self._tls_views = tls_views  # put the REST view of the TLS metadata on the record
         self._fingerprints = fingerprints if fingerprints is not None else FingerprintMemo()
         self._flow: FlowRecord | None = None
         self._facts = Facts()
@@ -50,7 +51,7 @@ class FlowFacts:
             return self._facts
         result = Facts()
         if flow.transport is Transport.TCP and flow.samples:
-            found = native_dpi.sample_facts(flow.samples)
+            found = _sample_facts(flow.samples)
             if found is not None:
                 requests, responses, hellos = found
                 if requests is not None:
@@ -63,25 +64,23 @@ class FlowFacts:
                         response = parse_response(payload)
                         if response is not None:
                             result.http_responses.append(response)
-                if hellos is not None:
-                    self._read_tls(flow, result, hellos)
+                if hellos is not None:  # a sample opened a handshake record
+                    meta = metadata_of(hellos, self._fingerprints)
+                    if meta is None:
+                        self.tls_unreadable += 1
+                    else:
+                        self.tls_handshakes += 1
+                        if not meta.complete:
+                            self.tls_incomplete += 1
+                        if meta.certificates_unreadable:
+                            self.tls_certificates_unreadable += meta.certificates_unreadable
+                        result.tls = meta
+                        result.client_hello = meta.client_hello
+                        if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
+                            flow.tls = meta.view()
         self._flow = flow
         self._facts = result
         return result
-
-    def _read_tls(self, flow: FlowRecord, result: Facts, hellos: Hellos) -> None:
-        meta = metadata_of(hellos, self._fingerprints)
-        if meta is None:
-            self.tls_unreadable += 1
-            return
-        self.tls_handshakes += 1
-        if not meta.complete:
-            self.tls_incomplete += 1
-        self.tls_certificates_unreadable += meta.certificates_unreadable
-        result.tls = meta
-        if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
-            flow.tls = meta.view()
-        result.client_hello = meta.client_hello
 
 
 def facts_reference(flow: FlowRecord) -> tuple[Facts, bool]:

@@ -310,6 +310,26 @@ static PyObject *server_texts_object(const tlsh_server_view *view, int as_key)
     return out;
 }
 
+/* A tuple of `n` new references (stolen); NULL, with every reference released, when one of them is NULL
+ * (Py_BuildValue's "N" without parsing a format per call: these tuples are made for every TLS flow). */
+static PyObject *tuple_of(PyObject **items, Py_ssize_t n)
+{
+    PyObject *out = NULL;
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        failed |= items[i] == NULL;
+    if (!failed)
+        out = PyTuple_New(n);
+    if (out == NULL) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_XDECREF(items[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(out, i, items[i]);
+    return out;
+}
+
 /* The ClientHello dataclass's fields, in order. */
 static PyObject *client_fields(const tlsh_client_hello *h)
 {
@@ -324,20 +344,21 @@ static PyObject *client_fields(const tlsh_client_hello *h)
     }
     if (alpn == NULL)
         return NULL;
-    /* "N" steals each reference and releases the rest when one of them is NULL (Py_BuildValue's contract). */
-    return Py_BuildValue("(NNINNNNNNNNN)",
-                         version_text(tlsh_version_name(max) != NULL ? max : h->view.legacy_version),
-                         sni_text(h->sni), h->view.legacy_version, u16_tuple(h->view.ciphers),
-                         u16_tuple(h->view.extensions), u16_tuple(h->view.versions), u16_tuple(h->view.sig_algs),
-                         u16_tuple(h->view.groups), u16_tuple(h->view.point_formats), alpn,
-                         PyBool_FromLong(h->has_sni_extension), PyBool_FromLong(h->complete));
+    PyObject *items[12] = {version_text(tlsh_version_name(max) != NULL ? max : h->view.legacy_version),
+                           sni_text(h->sni), PyLong_FromUnsignedLong(h->view.legacy_version),
+                           u16_tuple(h->view.ciphers), u16_tuple(h->view.extensions), u16_tuple(h->view.versions),
+                           u16_tuple(h->view.sig_algs), u16_tuple(h->view.groups), u16_tuple(h->view.point_formats),
+                           alpn, PyBool_FromLong(h->has_sni_extension), PyBool_FromLong(h->complete)};
+    return tuple_of(items, 12);
 }
 
 /* The ServerHello dataclass's fields, in order. */
 static PyObject *server_fields(const tlsh_server_hello *h)
 {
-    return Py_BuildValue("(IININO)", h->view.legacy_version, h->view.cipher, u16_tuple(h->view.extensions),
-                         h->view.selected_version, bytes_of(h->view.alpn), h->complete ? Py_True : Py_False);
+    PyObject *items[6] = {PyLong_FromUnsignedLong(h->view.legacy_version), PyLong_FromUnsignedLong(h->view.cipher),
+                          u16_tuple(h->view.extensions), PyLong_FromUnsignedLong(h->view.selected_version),
+                          bytes_of(h->view.alpn), PyBool_FromLong(h->complete)};
+    return tuple_of(items, 6);
 }
 
 static PyObject *client_hello(PyObject *module, PyObject *payload)
@@ -676,11 +697,14 @@ static PyObject *sample_facts(PyObject *module, PyObject *samples)
             Py_DECREF(hellos);
             goto done;
         }
-        Py_SETREF(hellos, Py_BuildValue("(NNNNN)", client, client_key, server, server_key, chain));
+        PyObject *parts[5] = {client, client_key, server, server_key, chain};
+        Py_SETREF(hellos, tuple_of(parts, 5));
         if (hellos == NULL)
             goto done;
     }
-    out = Py_BuildValue("(OON)", requests != NULL ? requests : Py_None, responses != NULL ? responses : Py_None, hellos);
+    PyObject *parts[3] = {requests != NULL ? Py_NewRef(requests) : Py_NewRef(Py_None),
+                          responses != NULL ? Py_NewRef(responses) : Py_NewRef(Py_None), hellos};
+    out = tuple_of(parts, 3);
 done:
     Py_XDECREF(requests);
     Py_XDECREF(responses);
