@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from appliance.detection.dpi.http_parse import HttpRequest, HttpResponse, parse_request, parse_response
 from appliance.detection.dpi.tls_fingerprint import FingerprintMemo
 from appliance.detection.dpi.tls_meta import TlsMetadata, metadata_of, tls_metadata_reference
-from appliance.detection.dpi.tls_parse import ClientHello
+from appliance.detection.dpi.tls_parse import ClientHello, ServerHello
 from appliance.model import FlowRecord, Transport
 from appliance.native import dpi as native_dpi
 
@@ -51,9 +51,9 @@ class FlowFacts:
             return self._facts
         result = Facts()
         if flow.transport is Transport.TCP and flow.samples:
-            found = _sample_facts(flow.samples)
+            found = _sample_facts(flow.samples, ClientHello, ServerHello)
             if found is not None:
-                requests, responses, hellos = found
+                requests, responses, handshake, client, client_key, server, server_key, chain = found
                 if requests is not None:
                     for payload in requests:
                         request = parse_request(payload)
@@ -64,8 +64,8 @@ class FlowFacts:
                         response = parse_response(payload)
                         if response is not None:
                             result.http_responses.append(response)
-                if hellos is not None:  # a sample opened a handshake record
-                    meta = metadata_of(hellos, self._fingerprints)
+                if handshake:  # a sample opened a handshake record
+                    meta = metadata_of(client, client_key, server, server_key, chain, self._fingerprints)
                     if meta is None:
                         self.tls_unreadable += 1
                     else:

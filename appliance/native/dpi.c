@@ -13,16 +13,17 @@
  *     The hello at the start of a direction's joined samples (tls_hello.h, the twin of tls_parse.py), its
  *     fields in the order of the dataclass, and the strings its fingerprints hash (tlsh_client_texts,
  *     tlsh_server_texts); None where parse_*_hello_reference gives None.
- * sample_facts(samples) -> (requests, responses, hellos) | None
+ * sample_facts(samples, ClientHello, ServerHello)
+ *         -> (requests, responses, handshake, client hello, client key, server hello, server key, chain) | None
  *     What FlowFacts.facts reads of a TCP flow's samples (packets: .payload bytes-like, .direction), in one
  *     pass (the twin of facts.facts_reference's loop and tls_meta._joined): the payloads that may open an
- *     HTTP request (outbound, first byte an ASCII letter) or response (not outbound, "HTTP/") as lists, None
- *     when there is none; `hellos` None when no sample opens a handshake record (first byte 0x16), else
- *     (client fields | None, client key | None, server fields | None, server key | None, chain | None): each
- *     direction's samples joined from the first that opens a record, its hello read as client_hello /
- *     server_hello do, the fingerprint texts as one memo key ("|" between them, tls_fingerprint.FingerprintMemo)
- *     and, where a ServerHello was read, the certificate chain (tls_parse.certificate_chain): ([DER], complete).
- *     None when the flow has neither a handshake nor an HTTP candidate.
+ *     HTTP request (outbound, first byte an ASCII letter) or response (not outbound, "HTTP/"), as lists or
+ *     None; `handshake` when a sample opens a handshake record (first byte 0x16). Then each direction's samples
+ *     joined from the first that opens a record, its hello read as client_hello / server_hello do and made
+ *     with the class given, the texts its fingerprints hash as one memo key ("|" between them, see
+ *     tls_fingerprint.FingerprintMemo) and, where a ServerHello was read, the certificate chain
+ *     (tls_parse.certificate_chain): ([DER], complete); None where absent. None when the flow has neither a
+ *     handshake nor an HTTP candidate.
  * client_hello_texts(hello) -> (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)
  * server_hello_texts(hello) -> (ja4s head, ja4s extensions)
  *     The same strings from a ClientHello/ServerHello object (its integers must be 16-bit, its ALPN bytes).
@@ -616,34 +617,37 @@ static int classify_samples(PyObject *module, PyObject *samples, sample_join joi
     return status;
 }
 
-/* The Python objects of one direction's hello: (fields, memo key), or (None, None) when the joined bytes
- * hold none. `server` picks the ServerHello reader; its handshake stream's certificate chain goes to *chain. */
-static int hello_objects(const sample_join *join, int server, tlsh_scratch *scratch, PyObject **fields, PyObject **key,
-                         PyObject **chain)
+/* One direction's hello as Python objects: `type` called with its fields (the ClientHello or ServerHello
+ * dataclass) and the memo key of its fingerprint texts; both None when the joined bytes hold no hello.
+ * `server` picks the ServerHello reader; its handshake stream's certificate chain goes to *chain. */
+static int hello_objects(const sample_join *join, int server, PyObject *type, tlsh_scratch *scratch, PyObject **hello,
+                         PyObject **key, PyObject **chain)
 {
-    *fields = Py_NewRef(Py_None);
+    *hello = Py_NewRef(Py_None);
     *key = Py_NewRef(Py_None);
     if (!join->open)
         return 0;
-    PyObject *made_fields, *made_key;
+    PyObject *fields, *made_key;
     if (!server) {
-        tlsh_client_hello hello;
-        if (!tlsh_parse_client_hello(join->bytes, join->len, scratch, &hello))
+        tlsh_client_hello parsed;
+        if (!tlsh_parse_client_hello(join->bytes, join->len, scratch, &parsed))
             return 0;
-        made_fields = client_fields(&hello);
-        made_key = made_fields != NULL ? client_texts_object(&hello.view, 1) : NULL;
+        fields = client_fields(&parsed);
+        made_key = fields != NULL ? client_texts_object(&parsed.view, 1) : NULL;
     } else {
-        tlsh_server_hello hello;
-        if (!tlsh_parse_server_hello(join->bytes, join->len, scratch, &hello))
+        tlsh_server_hello parsed;
+        if (!tlsh_parse_server_hello(join->bytes, join->len, scratch, &parsed))
             return 0;
-        made_fields = server_fields(&hello);
-        made_key = made_fields != NULL ? server_texts_object(&hello.view, 1) : NULL;
+        fields = server_fields(&parsed);
+        made_key = fields != NULL ? server_texts_object(&parsed.view, 1) : NULL;
     }
-    if (made_key == NULL) {
-        Py_XDECREF(made_fields);
+    PyObject *made = made_key != NULL ? PyObject_Call(type, fields, NULL) : NULL;
+    Py_XDECREF(fields);
+    if (made == NULL) {
+        Py_XDECREF(made_key);
         return -1;
     }
-    Py_SETREF(*fields, made_fields);
+    Py_SETREF(*hello, made);
     Py_SETREF(*key, made_key);
     if (!server)
         return 0;
@@ -665,55 +669,52 @@ static int hello_objects(const sample_join *join, int server, tlsh_scratch *scra
     }
     if (ders == NULL)
         return -1;
-    Py_SETREF(*chain, Py_BuildValue("(NO)", ders, complete ? Py_True : Py_False));
+    PyObject *parts[2] = {ders, PyBool_FromLong(complete)};
+    Py_SETREF(*chain, tuple_of(parts, 2));
     return *chain != NULL ? 0 : -1;
 }
 
-/* sample_facts(samples): see the top of this file. */
-static PyObject *sample_facts(PyObject *module, PyObject *samples)
+/* sample_facts(samples, ClientHello, ServerHello): see the top of this file. */
+static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
+    if (nargs != 3 || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "sample_facts(samples, ClientHello, ServerHello)");
+        return NULL;
+    }
     sample_join joins[2];
     joins[0].len = joins[1].len = 0;
     joins[0].open = joins[1].open = 0;
     int handshake = 0;
-    PyObject *requests = NULL, *responses = NULL, *out = NULL;
-    if (classify_samples(module, samples, joins, &handshake, &requests, &responses) < 0)
-        goto done;
-    if (!handshake && requests == NULL && responses == NULL) {
-        out = Py_NewRef(Py_None);
-        goto done;
+    PyObject *requests = NULL, *responses = NULL;
+    if (classify_samples(module, args[0], joins, &handshake, &requests, &responses) < 0) {
+        Py_XDECREF(requests);
+        Py_XDECREF(responses);
+        return NULL;
     }
-    PyObject *hellos = Py_NewRef(Py_None);
-    if (handshake) {
+    if (!handshake && requests == NULL && responses == NULL)
+        Py_RETURN_NONE;
+    PyObject *items[8] = {requests != NULL ? requests : Py_NewRef(Py_None),
+                          responses != NULL ? responses : Py_NewRef(Py_None), PyBool_FromLong(handshake),
+                          NULL, NULL, NULL, NULL, Py_NewRef(Py_None)};
+    if (!handshake) {
+        for (int i = 3; i < 7; i++)
+            items[i] = Py_NewRef(Py_None);
+    } else {
         tlsh_scratch scratch;
-        PyObject *client = NULL, *client_key = NULL, *server = NULL, *server_key = NULL, *chain = Py_NewRef(Py_None);
-        if (hello_objects(&joins[0], 0, &scratch, &client, &client_key, &chain) < 0
-            || hello_objects(&joins[1], 1, &scratch, &server, &server_key, &chain) < 0) {
-            Py_XDECREF(client);
-            Py_XDECREF(client_key);
-            Py_XDECREF(server);
-            Py_XDECREF(server_key);
-            Py_DECREF(chain);
-            Py_DECREF(hellos);
-            goto done;
+        if (hello_objects(&joins[0], 0, args[1], &scratch, &items[3], &items[4], &items[7]) < 0
+            || hello_objects(&joins[1], 1, args[2], &scratch, &items[5], &items[6], &items[7]) < 0) {
+            for (int i = 0; i < 8; i++)
+                Py_XDECREF(items[i]);
+            return NULL;
         }
-        PyObject *parts[5] = {client, client_key, server, server_key, chain};
-        Py_SETREF(hellos, tuple_of(parts, 5));
-        if (hellos == NULL)
-            goto done;
     }
-    PyObject *parts[3] = {requests != NULL ? Py_NewRef(requests) : Py_NewRef(Py_None),
-                          responses != NULL ? Py_NewRef(responses) : Py_NewRef(Py_None), hellos};
-    out = tuple_of(parts, 3);
-done:
-    Py_XDECREF(requests);
-    Py_XDECREF(responses);
-    return out;
+    return tuple_of(items, 8);
 }
 
 static PyMethodDef dpi_functions[] = {
-    {"sample_facts", sample_facts, METH_O,
-     "sample_facts(samples) -> (requests, responses, hellos) | None: a TCP flow's samples read in one pass."},
+    {"sample_facts", (PyCFunction)(void (*)(void))sample_facts, METH_FASTCALL,
+     "sample_facts(samples, ClientHello, ServerHello) -> (requests, responses, handshake, client hello, client key, "
+     "server hello, server key, chain) | None: a TCP flow's samples read in one pass."},
     {"client_hello", client_hello, METH_O,
      "client_hello(payload) -> ((ClientHello fields), (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)) | None."},
     {"server_hello", server_hello, METH_O,

@@ -13,6 +13,7 @@ the analysis path. `ja4_reference`, `ja4s_reference` and `ja3_string_reference` 
 from __future__ import annotations
 
 import hashlib
+from typing import Any, Callable
 
 from appliance.detection.dpi.tls_parse import EXT_ALPN, EXT_SNI, ClientHello, ServerHello, is_grease
 from appliance.native import dpi as native_dpi
@@ -101,48 +102,50 @@ def read_server_hello(payload: bytes, transport: str = "t") -> tuple[ServerHello
     return ServerHello(*fields), _ja4s_of(texts, transport)
 
 
-class FingerprintMemo:
-    """JA4 and JA3 of a ClientHello, JA4S of a ServerHello, from the texts they hash (the keys that
-    `native_dpi.sample_facts` gives: the texts with "|" between them), remembered.
+class _Remembered(dict[str, Any]):
+    """A dict that computes a missing key's value with `compute` and keeps it while it holds fewer than
+    `entries` keys of at most `max_key` characters (a longer key is computed each time, never kept); a full
+    one starts over. A hit is a plain dict lookup (no Python call): it is made for every TLS flow."""
 
-    Hashing (three SHA-256 and an MD5 per TLS flow) cost more than reading the hellos, and the texts repeat
-    flow after flow: they are a function of the client software and the server's configuration, not of the
-    connection (random, session id and SNI are not in them). Keys are attacker-chosen: plain dicts (str
-    hashing is keyed SipHash), at most `entries` keys per side of at most `max_key` characters (a longer key
-    is hashed each time, never kept); a full memo starts over."""
-
-    def __init__(self, entries: int = 1024, max_key: int = 2048) -> None:
-        self._clients: dict[str, tuple[str, str]] = {}
-        self._servers: dict[str, str] = {}
+    def __init__(self, compute: Callable[[str], Any], entries: int, max_key: int) -> None:
+        super().__init__()
+        self._compute = compute
         self._entries = entries
         self._max_key = max_key
 
-    def client(self, key: str) -> tuple[str, str]:
-        """(JA4, JA3) of the ClientHello texts `key` ("head|ciphers|extensions|ja3 string"), transport "t"."""
-        prints = self._clients.get(key)
-        if prints is None:
-            head, ciphers, extensions, ja3_text = key.split("|")
-            prints = _ja4_of((head, ciphers, extensions, ja3_text), "t"), _ja3_of(ja3_text)
-            if len(key) <= self._max_key:
-                if len(self._clients) >= self._entries:
-                    self._clients.clear()
-                self._clients[key] = prints
-        return prints
+    def __missing__(self, key: str) -> Any:
+        value = self._compute(key)
+        if len(key) <= self._max_key:
+            if len(self) >= self._entries:
+                self.clear()
+            self[key] = value
+        return value
 
-    def server(self, key: str) -> str:
-        """JA4S of the ServerHello texts `key` ("head|extensions"), transport "t"."""
-        ja4s_value = self._servers.get(key)
-        if ja4s_value is None:
-            head, extensions = key.split("|")
-            ja4s_value = _ja4s_of((head, extensions), "t")
-            if len(key) <= self._max_key:
-                if len(self._servers) >= self._entries:
-                    self._servers.clear()
-                self._servers[key] = ja4s_value
-        return ja4s_value
 
-    def __len__(self) -> int:
-        return len(self._clients) + len(self._servers)
+def _client_prints(key: str) -> tuple[str, str]:
+    head, ciphers, extensions, ja3_text = key.split("|")
+    return _ja4_of((head, ciphers, extensions, ja3_text), "t"), _ja3_of(ja3_text)
+
+
+def _server_print(key: str) -> str:
+    head, extensions = key.split("|")
+    return _ja4s_of((head, extensions), "t")
+
+
+class FingerprintMemo:
+    """JA4 and JA3 of a ClientHello (`clients[key]`), JA4S of a ServerHello (`servers[key]`), transport "t",
+    from the texts they hash as `native_dpi.sample_facts` gives them (one str, "|" between the texts:
+    "head|ciphers|extensions|ja3 string", "head|extensions"), remembered.
+
+    Hashing (three SHA-256 and an MD5 per TLS flow) cost more than reading the hellos, and the texts repeat
+    flow after flow: they are a function of the client software and the server's configuration, not of the
+    connection (random, session id, SNI and GREASE values are not in them). Keys are attacker-chosen: plain
+    dicts (str hashing is keyed SipHash), at most `entries` keys per side of at most `max_key` characters;
+    a full side starts over."""
+
+    def __init__(self, entries: int = 1024, max_key: int = 2048) -> None:
+        self.clients: dict[str, tuple[str, str]] = _Remembered(_client_prints, entries, max_key)
+        self.servers: dict[str, str] = _Remembered(_server_print, entries, max_key)
 
 
 def ja4_reference(hello: ClientHello, transport: str = "t") -> str:

@@ -90,23 +90,18 @@ def opens_handshake(flow: FlowRecord) -> bool:
     return any(p.payload[:1] == b"\x16" for p in flow.samples)
 
 
-# What `native_dpi.sample_facts` gives for a flow whose samples open a handshake: (client fields, client
-# texts key, server fields, server texts key, ([certificate DER], chain complete)), each None where absent.
-Hellos = tuple[tuple[Any, ...] | None, str | None, tuple[Any, ...] | None, str | None, tuple[list[bytes], bool] | None]
-
-
-def metadata_of(hellos: Hellos, memo: FingerprintMemo) -> TlsMetadata | None:
-    """The handshake metadata from what `native_dpi.sample_facts` read; None when it read neither hello."""
-    client, client_key, server, server_key, chain = hellos
+def metadata_of(client: ClientHello | None, client_key: str | None, server: ServerHello | None, server_key: str | None,
+                chain: tuple[list[bytes], bool] | None, memo: FingerprintMemo) -> TlsMetadata | None:
+    """The handshake metadata from what `native_dpi.sample_facts` read (the hellos, the keys of their
+    fingerprint texts, the certificate chain); None when it read neither hello."""
     if client is None:
         if server is None:
             return None
-        hello, ja4, ja3 = None, "", ""
+        ja4 = ja3 = ""
     else:
-        hello = ClientHello(*client)
-        ja4, ja3 = memo.client(client_key)  # type: ignore[arg-type]  # a key with every hello
+        ja4, ja3 = memo.clients[client_key]  # type: ignore[index]  # a key with every hello
     if server is None:
-        return TlsMetadata(hello, None, ja4, "", ja3, [])
+        return TlsMetadata(client, None, ja4, "", ja3, [])
     certificates: list[CertificateInfo] = []
     chain_complete, unreadable = True, 0
     if chain is not None:
@@ -117,16 +112,16 @@ def metadata_of(hellos: Hellos, memo: FingerprintMemo) -> TlsMetadata | None:
                 unreadable += 1
             else:
                 certificates.append(info)
-    return TlsMetadata(hello, ServerHello(*server), ja4, memo.server(server_key), ja3,  # type: ignore[arg-type]
+    return TlsMetadata(client, server, ja4, memo.servers[server_key], ja3,  # type: ignore[index]
                        certificates, chain_complete, unreadable)
 
 
 def tls_metadata(flow: FlowRecord, memo: FingerprintMemo | None = None) -> TlsMetadata | None:
     """The handshake metadata of `flow`, or None when its samples hold neither hello."""
-    found = native_dpi.sample_facts(flow.samples)
-    if found is None or found[2] is None:
+    found = native_dpi.sample_facts(flow.samples, ClientHello, ServerHello)
+    if found is None or not found[2]:
         return None
-    return metadata_of(found[2], memo if memo is not None else FingerprintMemo())
+    return metadata_of(*found[3:], memo if memo is not None else FingerprintMemo())
 
 
 def tls_metadata_reference(flow: FlowRecord) -> TlsMetadata | None:
