@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from appliance.detection.dpi.http_parse import HttpRequest, HttpResponse, parse_request, parse_response
 from appliance.detection.dpi.tls_fingerprint import FingerprintMemo
-from appliance.detection.dpi.tls_meta import TlsMetadata, metadata_of, tls_metadata_reference
-from appliance.detection.dpi.tls_parse import ClientHello, ServerHello
+from appliance.detection.dpi.tls_meta import TlsMetadata, read_chain, sample_reader, tls_metadata_reference
+from appliance.detection.dpi.tls_parse import ClientHello
 from appliance.model import FlowRecord, Transport
 from appliance.native import dpi as native_dpi
 
@@ -38,7 +38,7 @@ class FlowFacts:
 
     def __init__(self, tls_views: bool = True, fingerprints: FingerprintMemo | None = None) -> None:
         self._tls_views = tls_views  # put the REST view of the TLS metadata on the record
-        self._fingerprints = fingerprints if fingerprints is not None else FingerprintMemo()
+        self._reader = sample_reader(fingerprints if fingerprints is not None else FingerprintMemo())
         self._flow: FlowRecord | None = None
         self._facts = Facts()
         self.tls_handshakes = 0  # flows with a ClientHello or ServerHello read
@@ -51,9 +51,9 @@ class FlowFacts:
             return self._facts
         result = Facts()
         if flow.transport is Transport.TCP and flow.samples:
-            found = _sample_facts(flow.samples, ClientHello, ServerHello)
+            found = _sample_facts(flow.samples, self._reader)
             if found is not None:
-                requests, responses, handshake, client, client_key, server, server_key, chain = found
+                requests, responses, handshake, meta, chain = found
                 if requests is not None:
                     for payload in requests:
                         request = parse_request(payload)
@@ -64,20 +64,19 @@ class FlowFacts:
                         response = parse_response(payload)
                         if response is not None:
                             result.http_responses.append(response)
-                if handshake:  # a sample opened a handshake record
-                    meta = metadata_of(client, client_key, server, server_key, chain, self._fingerprints)
-                    if meta is None:
-                        self.tls_unreadable += 1
-                    else:
-                        self.tls_handshakes += 1
-                        if not meta.complete:
-                            self.tls_incomplete += 1
-                        if meta.certificates_unreadable:
-                            self.tls_certificates_unreadable += meta.certificates_unreadable
-                        result.tls = meta
-                        result.client_hello = meta.client_hello
-                        if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
-                            flow.tls = meta.view()
+                if meta is not None:
+                    if chain is not None:
+                        read_chain(meta, chain)
+                        self.tls_certificates_unreadable += meta.certificates_unreadable
+                    self.tls_handshakes += 1
+                    if not meta.complete:
+                        self.tls_incomplete += 1
+                    result.tls = meta
+                    result.client_hello = meta.client_hello
+                    if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
+                        flow.tls = meta.view()
+                elif handshake:  # a sample opened a handshake record, yet neither hello could be read
+                    self.tls_unreadable += 1
         self._flow = flow
         self._facts = result
         return result

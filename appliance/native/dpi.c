@@ -13,17 +13,19 @@
  *     The hello at the start of a direction's joined samples (tls_hello.h, the twin of tls_parse.py), its
  *     fields in the order of the dataclass, and the strings its fingerprints hash (tlsh_client_texts,
  *     tlsh_server_texts); None where parse_*_hello_reference gives None.
- * sample_facts(samples, ClientHello, ServerHello)
- *         -> (requests, responses, handshake, client hello, client key, server hello, server key, chain) | None
+ * sample_facts(samples, (ClientHello, ServerHello, TlsMetadata, client memo, server memo))
+ *         -> (requests, responses, handshake, metadata, chain) | None
  *     What FlowFacts.facts reads of a TCP flow's samples (packets: .payload bytes-like, .direction), in one
  *     pass (the twin of facts.facts_reference's loop and tls_meta._joined): the payloads that may open an
  *     HTTP request (outbound, first byte an ASCII letter) or response (not outbound, "HTTP/"), as lists or
  *     None; `handshake` when a sample opens a handshake record (first byte 0x16). Then each direction's samples
  *     joined from the first that opens a record, its hello read as client_hello / server_hello do and made
- *     with the class given, the texts its fingerprints hash as one memo key ("|" between them, see
- *     tls_fingerprint.FingerprintMemo) and, where a ServerHello was read, the certificate chain
- *     (tls_parse.certificate_chain): ([DER], complete); None where absent. None when the flow has neither a
- *     handshake nor an HTTP candidate.
+ *     with the class given, and the TlsMetadata of the two (None when neither was read) with the fingerprints
+ *     that the memos give for the texts they hash (client memo[key] -> (ja4, ja3), server memo[key] -> ja4s;
+ *     key: the texts as one str, "|" between them, see tls_fingerprint.FingerprintMemo). `chain`: where a
+ *     ServerHello was read, the certificate chain (tls_parse.certificate_chain), ([DER], complete), for the
+ *     caller to read into the metadata; else None. None when the flow has neither a handshake nor an HTTP
+ *     candidate.
  * client_hello_texts(hello) -> (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)
  * server_hello_texts(hello) -> (ja4s head, ja4s extensions)
  *     The same strings from a ClientHello/ServerHello object (its integers must be 16-bit, its ALPN bytes).
@@ -674,13 +676,57 @@ static int hello_objects(const sample_join *join, int server, PyObject *type, tl
     return *chain != NULL ? 0 : -1;
 }
 
-/* sample_facts(samples, ClientHello, ServerHello): see the top of this file. */
-static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+/* memo[key] (a dict whose __missing__ computes and keeps the value), checked to be a str, or a tuple of two
+ * str when `pair`. */
+static PyObject *remembered(PyObject *memo, PyObject *key, int pair)
 {
-    if (nargs != 3 || !PyCallable_Check(args[1]) || !PyCallable_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "sample_facts(samples, ClientHello, ServerHello)");
+    PyObject *value = PyObject_GetItem(memo, key);
+    if (value == NULL)
+        return NULL;
+    int ok = pair ? PyTuple_Check(value) && PyTuple_GET_SIZE(value) == 2 && PyUnicode_Check(PyTuple_GET_ITEM(value, 0))
+                        && PyUnicode_Check(PyTuple_GET_ITEM(value, 1))
+                  : PyUnicode_Check(value);
+    if (!ok) {
+        Py_DECREF(value);
+        PyErr_SetString(PyExc_TypeError, pair ? "the client fingerprint memo gave no (str, str)" : "the server fingerprint memo gave no str");
         return NULL;
     }
+    return value;
+}
+
+/* TlsMetadata(client, server, ja4, ja4s, ja3) with the fingerprints from the memos; None when neither hello
+ * was read. Steals nothing. */
+static PyObject *metadata_object(PyObject *reader, PyObject *client, PyObject *client_key, PyObject *server,
+                                 PyObject *server_key)
+{
+    if (client == Py_None && server == Py_None)
+        Py_RETURN_NONE;
+    PyObject *empty = PyUnicode_New(0, 0), *prints = NULL, *ja4s = NULL, *out = NULL;
+    if (empty == NULL)
+        return NULL;
+    if (client != Py_None && (prints = remembered(PyTuple_GET_ITEM(reader, 3), client_key, 1)) == NULL)
+        goto done;
+    if (server != Py_None && (ja4s = remembered(PyTuple_GET_ITEM(reader, 4), server_key, 0)) == NULL)
+        goto done;
+    PyObject *args[5] = {client, server, prints != NULL ? PyTuple_GET_ITEM(prints, 0) : empty,
+                         ja4s != NULL ? ja4s : empty, prints != NULL ? PyTuple_GET_ITEM(prints, 1) : empty};
+    out = PyObject_Vectorcall(PyTuple_GET_ITEM(reader, 2), args, 5, NULL);
+done:
+    Py_DECREF(empty);
+    Py_XDECREF(prints);
+    Py_XDECREF(ja4s);
+    return out;
+}
+
+/* sample_facts(samples, reader): see the top of this file. */
+static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "sample_facts(samples, (ClientHello, ServerHello, TlsMetadata, client memo, server memo))");
+        return NULL;
+    }
+    PyObject *reader = args[1];
     sample_join joins[2];
     joins[0].len = joins[1].len = 0;
     joins[0].open = joins[1].open = 0;
@@ -693,28 +739,32 @@ static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_
     }
     if (!handshake && requests == NULL && responses == NULL)
         Py_RETURN_NONE;
-    PyObject *items[8] = {requests != NULL ? requests : Py_NewRef(Py_None),
+    PyObject *items[5] = {requests != NULL ? requests : Py_NewRef(Py_None),
                           responses != NULL ? responses : Py_NewRef(Py_None), PyBool_FromLong(handshake),
-                          NULL, NULL, NULL, NULL, Py_NewRef(Py_None)};
+                          NULL, Py_NewRef(Py_None)};
     if (!handshake) {
-        for (int i = 3; i < 7; i++)
-            items[i] = Py_NewRef(Py_None);
+        items[3] = Py_NewRef(Py_None);
     } else {
         tlsh_scratch scratch;
-        if (hello_objects(&joins[0], 0, args[1], &scratch, &items[3], &items[4], &items[7]) < 0
-            || hello_objects(&joins[1], 1, args[2], &scratch, &items[5], &items[6], &items[7]) < 0) {
-            for (int i = 0; i < 8; i++)
+        PyObject *hellos[4] = {NULL, NULL, NULL, NULL};
+        if (hello_objects(&joins[0], 0, PyTuple_GET_ITEM(reader, 0), &scratch, &hellos[0], &hellos[1], &items[4]) == 0
+            && hello_objects(&joins[1], 1, PyTuple_GET_ITEM(reader, 1), &scratch, &hellos[2], &hellos[3], &items[4]) == 0)
+            items[3] = metadata_object(reader, hellos[0], hellos[1], hellos[2], hellos[3]);
+        for (int i = 0; i < 4; i++)
+            Py_XDECREF(hellos[i]);
+        if (items[3] == NULL) {
+            for (int i = 0; i < 5; i++)
                 Py_XDECREF(items[i]);
             return NULL;
         }
     }
-    return tuple_of(items, 8);
+    return tuple_of(items, 5);
 }
 
 static PyMethodDef dpi_functions[] = {
     {"sample_facts", (PyCFunction)(void (*)(void))sample_facts, METH_FASTCALL,
-     "sample_facts(samples, ClientHello, ServerHello) -> (requests, responses, handshake, client hello, client key, "
-     "server hello, server key, chain) | None: a TCP flow's samples read in one pass."},
+     "sample_facts(samples, (ClientHello, ServerHello, TlsMetadata, client memo, server memo)) -> (requests, responses, "
+     "handshake, TlsMetadata | None, chain | None) | None: a TCP flow's samples read in one pass."},
     {"client_hello", client_hello, METH_O,
      "client_hello(payload) -> ((ClientHello fields), (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)) | None."},
     {"server_hello", server_hello, METH_O,

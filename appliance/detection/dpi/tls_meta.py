@@ -5,7 +5,7 @@ segment (Chrome's, with post-quantum key shares, is about 1.8 KB) spans several 
 direction, so each direction's samples are joined from the first one that opens a handshake record.
 
 The samples are walked, joined and read in one C call (`native_dpi.sample_facts`, which also gives
-FlowFacts its HTTP candidates); `metadata_of` makes the objects, the fingerprints from a FingerprintMemo.
+FlowFacts its HTTP candidates) that makes the metadata, the fingerprints from a FingerprintMemo.
 `tls_metadata_reference` is the same in Python (the reference parsers and hashlib, nothing remembered),
 what the tests hold the C path to.
 """
@@ -90,38 +90,35 @@ def opens_handshake(flow: FlowRecord) -> bool:
     return any(p.payload[:1] == b"\x16" for p in flow.samples)
 
 
-def metadata_of(client: ClientHello | None, client_key: str | None, server: ServerHello | None, server_key: str | None,
-                chain: tuple[list[bytes], bool] | None, memo: FingerprintMemo) -> TlsMetadata | None:
-    """The handshake metadata from what `native_dpi.sample_facts` read (the hellos, the keys of their
-    fingerprint texts, the certificate chain); None when it read neither hello."""
-    if client is None:
-        if server is None:
-            return None
-        ja4 = ja3 = ""
-    else:
-        ja4, ja3 = memo.clients[client_key]  # type: ignore[index]  # a key with every hello
-    if server is None:
-        return TlsMetadata(client, None, ja4, "", ja3, [])
-    certificates: list[CertificateInfo] = []
-    chain_complete, unreadable = True, 0
-    if chain is not None:
-        ders, chain_complete = chain
-        for der in ders:
-            info = read_certificate(der)
-            if info is None:
-                unreadable += 1
-            else:
-                certificates.append(info)
-    return TlsMetadata(client, server, ja4, memo.servers[server_key], ja3,  # type: ignore[index]
-                       certificates, chain_complete, unreadable)
+# What `native_dpi.sample_facts` makes the metadata with: the classes, and the fingerprint memos.
+SampleReader = tuple[type[ClientHello], type[ServerHello], type["TlsMetadata"], dict[str, tuple[str, str]], dict[str, str]]
+
+
+def sample_reader(memo: FingerprintMemo) -> SampleReader:
+    """The second argument of `native_dpi.sample_facts`: made once per reader of many flows."""
+    return ClientHello, ServerHello, TlsMetadata, memo.clients, memo.servers
+
+
+def read_chain(meta: TlsMetadata, chain: tuple[list[bytes], bool]) -> None:
+    """The server's certificates (DER, leaf first, as `sample_facts` cut them out) read into `meta`."""
+    ders, meta.chain_complete = chain
+    for der in ders:
+        info = read_certificate(der)
+        if info is None:
+            meta.certificates_unreadable += 1
+        else:
+            meta.certificates.append(info)
 
 
 def tls_metadata(flow: FlowRecord, memo: FingerprintMemo | None = None) -> TlsMetadata | None:
     """The handshake metadata of `flow`, or None when its samples hold neither hello."""
-    found = native_dpi.sample_facts(flow.samples, ClientHello, ServerHello)
-    if found is None or not found[2]:
+    found = native_dpi.sample_facts(flow.samples, sample_reader(memo if memo is not None else FingerprintMemo()))
+    if found is None or found[3] is None:
         return None
-    return metadata_of(*found[3:], memo if memo is not None else FingerprintMemo())
+    meta, chain = found[3], found[4]
+    if chain is not None:
+        read_chain(meta, chain)
+    return meta
 
 
 def tls_metadata_reference(flow: FlowRecord) -> TlsMetadata | None:
@@ -138,11 +135,5 @@ def tls_metadata_reference(flow: FlowRecord) -> TlsMetadata | None:
         meta.ja4s = ja4s_reference(server)
         chain = certificate_chain(inbound)
         if chain is not None:
-            ders, meta.chain_complete = chain
-            for der in ders:
-                info = read_certificate(der)
-                if info is None:
-                    meta.certificates_unreadable += 1
-                else:
-                    meta.certificates.append(info)
+            read_chain(meta, chain)
     return meta
