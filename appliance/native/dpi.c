@@ -13,14 +13,14 @@
  *     The hello at the start of a direction's joined samples (tls_hello.h, the twin of tls_parse.py), its
  *     fields in the order of the dataclass, and the strings its fingerprints hash (tlsh_client_texts,
  *     tlsh_server_texts); None where parse_*_hello_reference gives None.
- * sample_facts(samples, (ClientHello, ServerHello, TlsMetadata, client memo, server memo))
+ * sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata maker, client memo, server memo))
  *         -> (requests, responses, handshake, metadata, chain) | None
  *     What FlowFacts.facts reads of a TCP flow's samples (packets: .payload bytes-like, .direction), in one
  *     pass (the twin of facts.facts_reference's loop and tls_meta._joined): the payloads that may open an
  *     HTTP request (outbound, first byte an ASCII letter) or response (not outbound, "HTTP/"), as lists or
  *     None; `handshake` when a sample opens a handshake record (first byte 0x16). Then each direction's samples
  *     joined from the first that opens a record, its hello read as client_hello / server_hello do and made
- *     with the class given, and the TlsMetadata of the two (None when neither was read) with the fingerprints
+ *     by the SlotMaker given, and the TlsMetadata of the two (None when neither was read) with the fingerprints
  *     that the memos give for the texts they hash (client memo[key] -> (ja4, ja3), server memo[key] -> ja4s;
  *     key: the texts as one str, "|" between them, see tls_fingerprint.FingerprintMemo). `chain`: where a
  *     ServerHello was read, the certificate chain (tls_parse.certificate_chain), ([DER], complete), for the
@@ -30,6 +30,8 @@
  * server_hello_texts(hello) -> (ja4s head, ja4s extensions)
  *     The same strings from a ClientHello/ServerHello object (its integers must be 16-bit, its ALPN bytes).
  *
+ * SlotMaker(cls, names)
+ *     Makes objects of a slotted dataclass without its __init__ (sample_facts' hellos and metadata).
  * DomainWindow, AgentDns, DnsScanner, dga_scan
  *     The DNS detectors' per-message accounting (dns_windows.h, the twin of dpi/dns_reference.py and
  *     dpi/dga_signals_reference.py).
@@ -333,8 +335,12 @@ static PyObject *tuple_of(PyObject **items, Py_ssize_t n)
     return out;
 }
 
-/* The ClientHello dataclass's fields, in order. */
-static PyObject *client_fields(const tlsh_client_hello *h)
+#define CLIENT_FIELDS 12
+#define SERVER_FIELDS 6
+#define METADATA_FIELDS 8
+
+/* The ClientHello dataclass's fields, in order, as new references (NULL where one could not be made). */
+static void client_field_values(const tlsh_client_hello *h, PyObject **items)
 {
     unsigned max = tlsh_max_version(&h->view);
     PyObject *alpn = PyTuple_New((Py_ssize_t)h->alpn_n);
@@ -345,23 +351,164 @@ static PyObject *client_fields(const tlsh_client_hello *h)
         else
             PyTuple_SET_ITEM(alpn, (Py_ssize_t)i, name);
     }
-    if (alpn == NULL)
-        return NULL;
-    PyObject *items[12] = {version_text(tlsh_version_name(max) != NULL ? max : h->view.legacy_version),
-                           sni_text(h->sni), PyLong_FromUnsignedLong(h->view.legacy_version),
-                           u16_tuple(h->view.ciphers), u16_tuple(h->view.extensions), u16_tuple(h->view.versions),
-                           u16_tuple(h->view.sig_algs), u16_tuple(h->view.groups), u16_tuple(h->view.point_formats),
-                           alpn, PyBool_FromLong(h->has_sni_extension), PyBool_FromLong(h->complete)};
-    return tuple_of(items, 12);
+    items[0] = version_text(tlsh_version_name(max) != NULL ? max : h->view.legacy_version);
+    items[1] = sni_text(h->sni);
+    items[2] = PyLong_FromUnsignedLong(h->view.legacy_version);
+    items[3] = u16_tuple(h->view.ciphers);
+    items[4] = u16_tuple(h->view.extensions);
+    items[5] = u16_tuple(h->view.versions);
+    items[6] = u16_tuple(h->view.sig_algs);
+    items[7] = u16_tuple(h->view.groups);
+    items[8] = u16_tuple(h->view.point_formats);
+    items[9] = alpn;
+    items[10] = PyBool_FromLong(h->has_sni_extension);
+    items[11] = PyBool_FromLong(h->complete);
 }
 
-/* The ServerHello dataclass's fields, in order. */
+/* The ServerHello dataclass's fields, in order, as new references (NULL where one could not be made). */
+static void server_field_values(const tlsh_server_hello *h, PyObject **items)
+{
+    items[0] = PyLong_FromUnsignedLong(h->view.legacy_version);
+    items[1] = PyLong_FromUnsignedLong(h->view.cipher);
+    items[2] = u16_tuple(h->view.extensions);
+    items[3] = PyLong_FromUnsignedLong(h->view.selected_version);
+    items[4] = bytes_of(h->view.alpn);
+    items[5] = PyBool_FromLong(h->complete);
+}
+
+static PyObject *client_fields(const tlsh_client_hello *h)
+{
+    PyObject *items[CLIENT_FIELDS];
+    client_field_values(h, items);
+    return tuple_of(items, CLIENT_FIELDS);
+}
+
 static PyObject *server_fields(const tlsh_server_hello *h)
 {
-    PyObject *items[6] = {PyLong_FromUnsignedLong(h->view.legacy_version), PyLong_FromUnsignedLong(h->view.cipher),
-                          u16_tuple(h->view.extensions), PyLong_FromUnsignedLong(h->view.selected_version),
-                          bytes_of(h->view.alpn), PyBool_FromLong(h->complete)};
-    return tuple_of(items, 6);
+    PyObject *items[SERVER_FIELDS];
+    server_field_values(h, items);
+    return tuple_of(items, SERVER_FIELDS);
+}
+
+/* -- SlotMaker: objects of a slotted dataclass made without its __init__ ------------------------------
+ * sample_facts makes a ClientHello, a TlsMetadata (and a ServerHello) for every TLS flow; their dataclass
+ * __init__ (a Python frame per object) cost as much as reading the hellos. SlotMaker(cls, names) finds, once,
+ * where the member descriptors of `names` (cls's own writable object slots) keep their values; making an
+ * object allocates it as object.__new__ does and stores each value where the __init__'s `self.name = value`
+ * would (tls_meta checks that the names are the dataclass's fields, in order, and that it has no
+ * __post_init__). The same reading side is dnsw_get (dns_windows.h). */
+#define SLOT_MAKER_MAX 16
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *cls;
+    Py_ssize_t n;
+    Py_ssize_t offsets[SLOT_MAKER_MAX];
+} SlotMakerObject;
+
+static PyTypeObject SlotMakerType;
+
+static PyObject *SlotMaker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *cls, *names;
+    if ((kwds != NULL && PyDict_GET_SIZE(kwds) > 0)
+        || !PyArg_ParseTuple(args, "O!O!:SlotMaker", &PyType_Type, &cls, &PyTuple_Type, &names))
+        return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "SlotMaker(cls, names) takes no keywords");
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (n < 1 || n > SLOT_MAKER_MAX)
+        return PyErr_Format(PyExc_ValueError, "SlotMaker: 1 to %d names, not %zd", SLOT_MAKER_MAX, n);
+    SlotMakerObject *self = (SlotMakerObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->cls = (PyTypeObject *)Py_NewRef(cls);
+    self->n = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        PyObject *descr = PyUnicode_Check(name) ? PyObject_GetAttr(cls, name) : NULL;
+        Py_ssize_t offset = -1;
+        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) && PyDescr_TYPE(descr) == self->cls) {
+            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+            if (member->type == T_OBJECT_EX && !(member->flags & READONLY) && member->offset > 0
+                && member->offset + (Py_ssize_t)sizeof(PyObject *) <= self->cls->tp_basicsize)
+                offset = member->offset;
+        }
+        Py_XDECREF(descr);
+        for (Py_ssize_t j = 0; offset >= 0 && j < i; j++)
+            offset = self->offsets[j] == offset ? -1 : offset;  /* each slot once */
+        if (offset < 0) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "SlotMaker: %R is no writable object slot of %R, or named twice", name, cls);
+            Py_DECREF(self);
+            return NULL;
+        }
+        self->offsets[i] = offset;
+    }
+    return (PyObject *)self;
+}
+
+/* An object of the maker's class with its slots set to items[0..n) (references stolen); NULL, every
+ * reference released, when one of them is NULL. */
+static PyObject *slot_make(SlotMakerObject *maker, PyObject **items)
+{
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < maker->n; i++)
+        failed |= items[i] == NULL;
+    PyObject *obj = failed ? NULL : maker->cls->tp_alloc(maker->cls, 0);  /* zeroed: every slot NULL */
+    if (obj == NULL) {
+        for (Py_ssize_t i = 0; i < maker->n; i++)
+            Py_XDECREF(items[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < maker->n; i++)
+        *(PyObject **)((char *)obj + maker->offsets[i]) = items[i];
+    return obj;
+}
+
+/* maker(*values): what sample_facts makes, for the tests to compare with cls(*values). */
+static PyObject *SlotMaker_call(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    SlotMakerObject *maker = (SlotMakerObject *)self;
+    if ((kwds != NULL && PyDict_GET_SIZE(kwds) > 0) || PyTuple_GET_SIZE(args) != maker->n)
+        return PyErr_Format(PyExc_TypeError, "this SlotMaker takes %zd positional values", maker->n);
+    PyObject *items[SLOT_MAKER_MAX];
+    for (Py_ssize_t i = 0; i < maker->n; i++)
+        items[i] = Py_NewRef(PyTuple_GET_ITEM(args, i));
+    return slot_make(maker, items);
+}
+
+static void SlotMaker_dealloc(PyObject *self)
+{
+    Py_XDECREF(((SlotMakerObject *)self)->cls);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *SlotMaker_repr(PyObject *self)
+{
+    return PyUnicode_FromFormat("SlotMaker(%R, %zd slots)", (PyObject *)((SlotMakerObject *)self)->cls,
+                                ((SlotMakerObject *)self)->n);
+}
+
+static PyTypeObject SlotMakerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "appliance.native.dpi.SlotMaker",
+    .tp_basicsize = sizeof(SlotMakerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "SlotMaker(cls, names): makes objects of a slotted class with those slots set, without __init__.",
+    .tp_new = SlotMaker_new,
+    .tp_call = SlotMaker_call,
+    .tp_dealloc = SlotMaker_dealloc,
+    .tp_repr = SlotMaker_repr,
+};
+
+/* The maker at reader[i] if it is one of `n` slots, else NULL with TypeError. */
+static SlotMakerObject *reader_maker(PyObject *reader, Py_ssize_t i, Py_ssize_t n)
+{
+    PyObject *maker = PyTuple_GET_ITEM(reader, i);
+    if (!Py_IS_TYPE(maker, &SlotMakerType) || ((SlotMakerObject *)maker)->n != n) {
+        PyErr_Format(PyExc_TypeError, "sample_facts: reader[%zd] must be a SlotMaker of %zd slots", i, n);
+        return NULL;
+    }
+    return (SlotMakerObject *)maker;
 }
 
 static PyObject *client_hello(PyObject *module, PyObject *payload)
@@ -395,10 +542,10 @@ static PyObject *server_hello(PyObject *module, PyObject *payload)
  * a new str per call, and CPython's type attribute cache keeps the last names it saw alive (bounded, but it
  * grows with every new address under a sanitizer's allocator). */
 enum { A_LEGACY_VERSION, A_CIPHERS, A_EXTENSIONS, A_SUPPORTED_VERSIONS, A_SIGNATURE_ALGORITHMS, A_GROUPS,
-       A_POINT_FORMATS, A_ALPN, A_CIPHER, A_SELECTED_VERSION, A_PAYLOAD, A_DIRECTION, A_COUNT };
+       A_POINT_FORMATS, A_ALPN, A_CIPHER, A_SELECTED_VERSION, A_COUNT };
 static const char *const attribute_names[A_COUNT] = {
     "legacy_version", "ciphers", "extensions", "supported_versions", "signature_algorithms", "groups",
-    "point_formats", "alpn", "cipher", "selected_version", "payload", "direction"};
+    "point_formats", "alpn", "cipher", "selected_version"};
 
 typedef struct {
     PyObject *names[A_COUNT];
@@ -560,6 +707,9 @@ static void join_sample(sample_join *join, const unsigned char *payload, size_t 
     join->len += take;
 }
 
+/* Packet.payload and Packet.direction, read where their slots are (dnsw_get; names set by dpi_exec). */
+static dnsw_attr sample_attr_payload, sample_attr_direction;
+
 /* Appends `item` to the list at *list, made on first use. */
 static int append_lazily(PyObject **list, PyObject *item)
 {
@@ -592,8 +742,8 @@ static int classify_samples(PyObject *module, PyObject *samples, sample_join joi
      * attribute getter of some other packet type) is walked as far as it goes, never past its end. */
     for (Py_ssize_t i = 0; status == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject *packet = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
-        PyObject *payload = attribute(module, packet, A_PAYLOAD);
-        PyObject *direction_value = payload != NULL ? attribute(module, packet, A_DIRECTION) : NULL;
+        PyObject *payload = dnsw_get(packet, &sample_attr_payload);
+        PyObject *direction_value = payload != NULL ? dnsw_get(packet, &sample_attr_direction) : NULL;
         Py_buffer view;
         if (direction_value == NULL || PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE) < 0) {
             status = -1;
@@ -619,33 +769,33 @@ static int classify_samples(PyObject *module, PyObject *samples, sample_join joi
     return status;
 }
 
-/* One direction's hello as Python objects: `type` called with its fields (the ClientHello or ServerHello
- * dataclass) and the memo key of its fingerprint texts; both None when the joined bytes hold no hello.
- * `server` picks the ServerHello reader; its handshake stream's certificate chain goes to *chain. */
-static int hello_objects(const sample_join *join, int server, PyObject *type, tlsh_scratch *scratch, PyObject **hello,
-                         PyObject **key, PyObject **chain)
+/* One direction's hello as Python objects: made by `maker` (a ClientHello or ServerHello) with the memo key of
+ * its fingerprint texts; both None when the joined bytes hold no hello. `server` picks the ServerHello reader;
+ * its handshake stream's certificate chain goes to *chain. */
+static int hello_objects(const sample_join *join, int server, SlotMakerObject *maker, tlsh_scratch *scratch,
+                         PyObject **hello, PyObject **key, PyObject **chain)
 {
     *hello = Py_NewRef(Py_None);
     *key = Py_NewRef(Py_None);
     if (!join->open)
         return 0;
-    PyObject *fields, *made_key;
+    PyObject *items[CLIENT_FIELDS], *made_key;
     if (!server) {
         tlsh_client_hello parsed;
         if (!tlsh_parse_client_hello(join->bytes, join->len, scratch, &parsed))
             return 0;
-        fields = client_fields(&parsed);
-        made_key = fields != NULL ? client_texts_object(&parsed.view, 1) : NULL;
+        client_field_values(&parsed, items);
+        made_key = client_texts_object(&parsed.view, 1);
     } else {
         tlsh_server_hello parsed;
         if (!tlsh_parse_server_hello(join->bytes, join->len, scratch, &parsed))
             return 0;
-        fields = server_fields(&parsed);
-        made_key = fields != NULL ? server_texts_object(&parsed.view, 1) : NULL;
+        server_field_values(&parsed, items);
+        made_key = server_texts_object(&parsed.view, 1);
     }
-    PyObject *made = made_key != NULL ? PyObject_Call(type, fields, NULL) : NULL;
-    Py_XDECREF(fields);
-    if (made == NULL) {
+    PyObject *made = slot_make(maker, items);
+    if (made == NULL || made_key == NULL) {
+        Py_XDECREF(made);
         Py_XDECREF(made_key);
         return -1;
     }
@@ -694,39 +844,42 @@ static PyObject *remembered(PyObject *memo, PyObject *key, int pair)
     return value;
 }
 
-/* TlsMetadata(client, server, ja4, ja4s, ja3) with the fingerprints from the memos; None when neither hello
- * was read. Steals nothing. */
-static PyObject *metadata_object(PyObject *reader, PyObject *client, PyObject *client_key, PyObject *server,
-                                 PyObject *server_key)
+/* TlsMetadata(client, server, ja4, ja4s, ja3) with the fingerprints from the memos (reader[3], reader[4]);
+ * None when neither hello was read. Steals nothing. */
+static PyObject *metadata_object(PyObject *reader, SlotMakerObject *maker, PyObject *client, PyObject *client_key,
+                                 PyObject *server, PyObject *server_key)
 {
     if (client == Py_None && server == Py_None)
         Py_RETURN_NONE;
-    PyObject *empty = PyUnicode_New(0, 0), *prints = NULL, *ja4s = NULL, *out = NULL;
-    if (empty == NULL)
-        return NULL;
+    PyObject *prints = NULL, *ja4s = NULL;
     if (client != Py_None && (prints = remembered(PyTuple_GET_ITEM(reader, 3), client_key, 1)) == NULL)
-        goto done;
-    if (server != Py_None && (ja4s = remembered(PyTuple_GET_ITEM(reader, 4), server_key, 0)) == NULL)
-        goto done;
-    PyObject *args[5] = {client, server, prints != NULL ? PyTuple_GET_ITEM(prints, 0) : empty,
-                         ja4s != NULL ? ja4s : empty, prints != NULL ? PyTuple_GET_ITEM(prints, 1) : empty};
-    out = PyObject_Vectorcall(PyTuple_GET_ITEM(reader, 2), args, 5, NULL);
-done:
-    Py_DECREF(empty);
+        return NULL;
+    if (server != Py_None && (ja4s = remembered(PyTuple_GET_ITEM(reader, 4), server_key, 0)) == NULL) {
+        Py_XDECREF(prints);
+        return NULL;
+    }
+    /* client_hello, server_hello, ja4, ja4s, ja3, certificates, chain_complete, certificates_unreadable */
+    PyObject *items[METADATA_FIELDS] = {
+        Py_NewRef(client), Py_NewRef(server), prints != NULL ? Py_NewRef(PyTuple_GET_ITEM(prints, 0)) : PyUnicode_New(0, 0),
+        ja4s != NULL ? ja4s : PyUnicode_New(0, 0), prints != NULL ? Py_NewRef(PyTuple_GET_ITEM(prints, 1)) : PyUnicode_New(0, 0),
+        PyList_New(0), Py_NewRef(Py_True), PyLong_FromLong(0)};
     Py_XDECREF(prints);
-    Py_XDECREF(ja4s);
-    return out;
+    return slot_make(maker, items);
 }
 
 /* sample_facts(samples, reader): see the top of this file. */
 static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 5) {
-        PyErr_SetString(PyExc_TypeError,
-                        "sample_facts(samples, (ClientHello, ServerHello, TlsMetadata, client memo, server memo))");
+        PyErr_SetString(PyExc_TypeError, "sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata "
+                                         "maker, client memo, server memo))");
         return NULL;
     }
     PyObject *reader = args[1];
+    SlotMakerObject *makers[3] = {reader_maker(reader, 0, CLIENT_FIELDS), reader_maker(reader, 1, SERVER_FIELDS),
+                                  reader_maker(reader, 2, METADATA_FIELDS)};
+    if (makers[0] == NULL || makers[1] == NULL || makers[2] == NULL)
+        return NULL;
     sample_join joins[2];
     joins[0].len = joins[1].len = 0;
     joins[0].open = joins[1].open = 0;
@@ -747,9 +900,9 @@ static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_
     } else {
         tlsh_scratch scratch;
         PyObject *hellos[4] = {NULL, NULL, NULL, NULL};
-        if (hello_objects(&joins[0], 0, PyTuple_GET_ITEM(reader, 0), &scratch, &hellos[0], &hellos[1], &items[4]) == 0
-            && hello_objects(&joins[1], 1, PyTuple_GET_ITEM(reader, 1), &scratch, &hellos[2], &hellos[3], &items[4]) == 0)
-            items[3] = metadata_object(reader, hellos[0], hellos[1], hellos[2], hellos[3]);
+        if (hello_objects(&joins[0], 0, makers[0], &scratch, &hellos[0], &hellos[1], &items[4]) == 0
+            && hello_objects(&joins[1], 1, makers[1], &scratch, &hellos[2], &hellos[3], &items[4]) == 0)
+            items[3] = metadata_object(reader, makers[2], hellos[0], hellos[1], hellos[2], hellos[3]);
         for (int i = 0; i < 4; i++)
             Py_XDECREF(hellos[i]);
         if (items[3] == NULL) {
@@ -763,8 +916,8 @@ static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_
 
 static PyMethodDef dpi_functions[] = {
     {"sample_facts", (PyCFunction)(void (*)(void))sample_facts, METH_FASTCALL,
-     "sample_facts(samples, (ClientHello, ServerHello, TlsMetadata, client memo, server memo)) -> (requests, responses, "
-     "handshake, TlsMetadata | None, chain | None) | None: a TCP flow's samples read in one pass."},
+     "sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata maker, client memo, server memo)) -> "
+     "(requests, responses, handshake, TlsMetadata | None, chain | None) | None: a TCP flow's samples read in one pass."},
     {"client_hello", client_hello, METH_O,
      "client_hello(payload) -> ((ClientHello fields), (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)) | None."},
     {"server_hello", server_hello, METH_O,
@@ -793,6 +946,10 @@ static int dpi_exec(PyObject *module)
             return -1;
     }
     if (sfx_init(module) < 0)
+        return -1;
+    if (!dnsw_intern(&sample_attr_payload.name, "payload") || !dnsw_intern(&sample_attr_direction.name, "direction"))
+        return -1;
+    if (PyType_Ready(&SlotMakerType) < 0 || PyModule_AddObjectRef(module, "SlotMaker", (PyObject *)&SlotMakerType) < 0)
         return -1;
     return dnsw_init(module);
 }

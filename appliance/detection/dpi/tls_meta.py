@@ -12,6 +12,7 @@ what the tests hold the C path to.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,13 +91,22 @@ def opens_handshake(flow: FlowRecord) -> bool:
     return any(p.payload[:1] == b"\x16" for p in flow.samples)
 
 
-# What `native_dpi.sample_facts` makes the metadata with: the classes, and the fingerprint memos.
-SampleReader = tuple[type[ClientHello], type[ServerHello], type["TlsMetadata"], dict[str, tuple[str, str]], dict[str, str]]
+def _maker(cls: type) -> Any:
+    """A `native_dpi.SlotMaker` of a slotted dataclass whose __init__ only assigns its fields (no
+    __post_init__): what sample_facts makes equals cls(*values)."""
+    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or "__slots__" not in vars(cls):
+        raise TypeError(f"{cls.__name__}: sample_facts makes only slotted dataclasses without __post_init__")
+    return native_dpi.SlotMaker(cls, tuple(f.name for f in dataclasses.fields(cls)))
+
+
+# How `native_dpi.sample_facts` makes the hellos and the metadata (the makers: constants of the classes).
+_MAKERS = (_maker(ClientHello), _maker(ServerHello), _maker(TlsMetadata))
+SampleReader = tuple[Any, Any, Any, dict[str, tuple[str, str]], dict[str, str]]
 
 
 def sample_reader(memo: FingerprintMemo) -> SampleReader:
-    """The second argument of `native_dpi.sample_facts`: made once per reader of many flows."""
-    return ClientHello, ServerHello, TlsMetadata, memo.clients, memo.servers
+    """The second argument of `native_dpi.sample_facts`: the makers and the fingerprint memos."""
+    return (*_MAKERS, memo.clients, memo.servers)
 
 
 def read_chain(meta: TlsMetadata, chain: tuple[list[bytes], bool]) -> None:

@@ -161,9 +161,9 @@ def test_the_detectors_read_hellos_in_c(real_hellos: dict[str, bytes], monkeypat
     def spy(name: str) -> Any:
         real = getattr(dpi, name)
 
-        def called(payload: bytes) -> Any:
+        def called(*args: Any) -> Any:
             calls.append(name)
-            return real(payload)
+            return real(*args)
         return called
 
     for name in ("sample_facts", "client_hello", "server_hello"):
