@@ -172,7 +172,8 @@ def tls_costs(flows: list) -> dict[str, float]:
     Certificates are read once per DER (tls_cert's memo): `tls12_chain` is a server whose chain was seen
     before (most connections), `tls12_chain_first_sight` one whose chain is new (the memo emptied first)."""
     from appliance.detection.dpi import tls_cert
-    from appliance.detection.dpi.tls_meta import opens_handshake, tls_metadata
+    from appliance.detection.dpi.tls_meta import opens_handshake
+    from appliance.detection.facts import tls_metadata
 
     browser = _browser_flows(500)
     sets = {"corpus_hellos": [f for f in flows if f.samples and opens_handshake(f)], **browser,

@@ -4,17 +4,18 @@ The layers run one after another on the analysis thread, so a one-entry cache ke
 object is enough to parse each payload once however many layers ask.
 
 The samples of a TCP flow are walked once in C (`native_dpi.sample_facts`: which may open an HTTP request
-or response, both directions' handshake bytes joined and their hellos read); `facts_reference` is the same
-in Python, what the tests hold `FlowFacts.facts` to.
+or response, both directions' handshake bytes joined, their hellos read, the Facts and TLS metadata made);
+`facts_reference` is the same in Python, what the tests hold `FlowFacts.facts` to.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from appliance.detection.dpi.http_parse import HttpRequest, HttpResponse, parse_request, parse_response
 from appliance.detection.dpi.tls_fingerprint import FingerprintMemo
-from appliance.detection.dpi.tls_meta import TlsMetadata, read_chain, sample_reader, tls_metadata_reference
+from appliance.detection.dpi.tls_meta import METADATA_MAKERS, TlsMetadata, read_chain, slot_maker, tls_metadata_reference
 from appliance.detection.dpi.tls_parse import ClientHello
 from appliance.model import FlowRecord, Transport
 from appliance.native import dpi as native_dpi
@@ -33,6 +34,9 @@ class Facts:
     tls: TlsMetadata | None = None  # hellos and fingerprints (client_hello is tls.client_hello)
 
 
+_FACTS_MAKER = slot_maker(Facts)
+
+
 class FlowFacts:
     """`facts(flow)` parses the flow's samples on first use and returns the same object after."""
 
@@ -49,37 +53,52 @@ class FlowFacts:
     def facts(self, flow: FlowRecord) -> Facts:
         if flow is self._flow:
             return self._facts
-        result = Facts()
-        if flow.transport is Transport.TCP and flow.samples:
-            found = _sample_facts(flow.samples, self._reader)
-            if found is not None:
-                requests, responses, handshake, meta, chain = found
-                if requests is not None:
-                    for payload in requests:
-                        request = parse_request(payload)
-                        if request is not None:
-                            result.http_requests.append(request)
-                if responses is not None:
-                    for payload in responses:
-                        response = parse_response(payload)
-                        if response is not None:
-                            result.http_responses.append(response)
-                if meta is not None:
-                    if chain is not None:
-                        read_chain(meta, chain)
-                        self.tls_certificates_unreadable += meta.certificates_unreadable
-                    self.tls_handshakes += 1
-                    if not meta.complete:
-                        self.tls_incomplete += 1
-                    result.tls = meta
-                    result.client_hello = meta.client_hello
-                    if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
-                        flow.tls = meta.view()
-                elif handshake:  # a sample opened a handshake record, yet neither hello could be read
-                    self.tls_unreadable += 1
+        found = _sample_facts(flow.samples, self._reader) if flow.transport is Transport.TCP and flow.samples else None
+        if found is None:
+            result = Facts()
+        else:
+            result, requests, responses, handshake, chain = found
+            if requests is not None:
+                for payload in requests:
+                    request = parse_request(payload)
+                    if request is not None:
+                        result.http_requests.append(request)
+            if responses is not None:
+                for payload in responses:
+                    response = parse_response(payload)
+                    if response is not None:
+                        result.http_responses.append(response)
+            meta = result.tls
+            if meta is not None:
+                if chain is not None:
+                    read_chain(meta, chain)
+                    self.tls_certificates_unreadable += meta.certificates_unreadable
+                self.tls_handshakes += 1
+                if not meta.complete:
+                    self.tls_incomplete += 1
+                if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
+                    flow.tls = meta.view()
+            elif handshake:  # a sample opened a handshake record, yet neither hello could be read
+                self.tls_unreadable += 1
         self._flow = flow
         self._facts = result
         return result
+
+
+def sample_reader(memo: FingerprintMemo) -> tuple[Any, ...]:
+    """The second argument of `native_dpi.sample_facts`: how it makes the objects, and the fingerprint memos."""
+    return (*METADATA_MAKERS, _FACTS_MAKER, memo.clients, memo.servers)
+
+
+def tls_metadata(flow: FlowRecord, memo: FingerprintMemo | None = None) -> TlsMetadata | None:
+    """The handshake metadata of `flow` (read as FlowFacts reads it), or None when its samples hold neither hello."""
+    found = _sample_facts(flow.samples, sample_reader(memo if memo is not None else FingerprintMemo()))
+    if found is None or found[0].tls is None:
+        return None
+    meta, chain = found[0].tls, found[4]
+    if chain is not None:
+        read_chain(meta, chain)
+    return meta
 
 
 def facts_reference(flow: FlowRecord) -> tuple[Facts, bool]:

@@ -13,23 +13,20 @@
  *     The hello at the start of a direction's joined samples (tls_hello.h, the twin of tls_parse.py), its
  *     fields in the order of the dataclass, and the strings its fingerprints hash (tlsh_client_texts,
  *     tlsh_server_texts); None where parse_*_hello_reference gives None.
- * sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata maker, client memo, server memo))
- *         -> (requests, responses, handshake, metadata, chain) | None
+ * sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata maker, Facts maker, client memo,
+ *               server memo)) -> (facts, requests, responses, handshake, chain) | None
  *     What FlowFacts.facts reads of a TCP flow's samples (packets: .payload bytes-like, .direction), in one
- *     pass (the twin of facts.facts_reference's loop and tls_meta._joined): the payloads that may open an
- *     HTTP request (outbound, first byte an ASCII letter) or response (not outbound, "HTTP/"), as lists or
- *     None; `handshake` when a sample opens a handshake record (first byte 0x16). Then each direction's samples
- *     joined from the first that opens a record, its hello read as client_hello / server_hello do and made
- *     by the SlotMaker given, and the TlsMetadata of the two (None when neither was read) with the fingerprints
- *     that the memos give for the texts they hash (client memo[key] -> (ja4, ja3), server memo[key] -> ja4s;
- *     key: the texts as one str, "|" between them, see tls_fingerprint.FingerprintMemo). `chain`: where a
- *     ServerHello was read, the certificate chain (tls_parse.certificate_chain), ([DER], complete), for the
- *     caller to read into the metadata; else None. None when the flow has neither a handshake nor an HTTP
- *     candidate.
- * client_hello_texts(hello) -> (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)
- * server_hello_texts(hello) -> (ja4s head, ja4s extensions)
- *     The same strings from a ClientHello/ServerHello object (its integers must be 16-bit, its ALPN bytes).
- *
+ *     pass (the twin of facts.facts_reference's loop and tls_meta._joined). `requests`/`responses`: the
+ *     payloads that may open an HTTP request (outbound, first byte an ASCII letter) or response (not
+ *     outbound, "HTTP/"), lists or None, for the caller to parse into the facts' empty lists; `handshake`:
+ *     a sample opens a handshake record (first byte 0x16). Then each direction's samples joined from the
+ *     first that opens a record, its hello read as client_hello / server_hello do, and a TlsMetadata of the
+ *     two (None when neither was read) with the fingerprints that the memos give for the texts they hash
+ *     (client memo[key] -> (ja4, ja3), server memo[key] -> ja4s; key: the texts as one str, "|" between them,
+ *     see tls_fingerprint.FingerprintMemo), all made by the SlotMakers given; `facts` holds it (tls,
+ *     client_hello). `chain`: where a ServerHello was read, the certificate chain
+ *     (tls_parse.certificate_chain), ([DER], complete), for the caller to read into the metadata; else None.
+ *     None when the flow has neither a handshake nor an HTTP candidate.
  * SlotMaker(cls, names)
  *     Makes objects of a slotted dataclass without its __init__ (sample_facts' hellos and metadata).
  * DomainWindow, AgentDns, DnsScanner, dga_scan
@@ -844,7 +841,7 @@ static PyObject *remembered(PyObject *memo, PyObject *key, int pair)
     return value;
 }
 
-/* TlsMetadata(client, server, ja4, ja4s, ja3) with the fingerprints from the memos (reader[3], reader[4]);
+/* TlsMetadata(client, server, ja4, ja4s, ja3) with the fingerprints from the memos (reader[4], reader[5]);
  * None when neither hello was read. Steals nothing. */
 static PyObject *metadata_object(PyObject *reader, SlotMakerObject *maker, PyObject *client, PyObject *client_key,
                                  PyObject *server, PyObject *server_key)
@@ -852,9 +849,9 @@ static PyObject *metadata_object(PyObject *reader, SlotMakerObject *maker, PyObj
     if (client == Py_None && server == Py_None)
         Py_RETURN_NONE;
     PyObject *prints = NULL, *ja4s = NULL;
-    if (client != Py_None && (prints = remembered(PyTuple_GET_ITEM(reader, 3), client_key, 1)) == NULL)
+    if (client != Py_None && (prints = remembered(PyTuple_GET_ITEM(reader, 4), client_key, 1)) == NULL)
         return NULL;
-    if (server != Py_None && (ja4s = remembered(PyTuple_GET_ITEM(reader, 4), server_key, 0)) == NULL) {
+    if (server != Py_None && (ja4s = remembered(PyTuple_GET_ITEM(reader, 5), server_key, 0)) == NULL) {
         Py_XDECREF(prints);
         return NULL;
     }
@@ -867,18 +864,21 @@ static PyObject *metadata_object(PyObject *reader, SlotMakerObject *maker, PyObj
     return slot_make(maker, items);
 }
 
+#define FACTS_FIELDS 4
+#define READER_ITEMS 6
+
 /* sample_facts(samples, reader): see the top of this file. */
 static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != 5) {
+    if (nargs != 2 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != READER_ITEMS) {
         PyErr_SetString(PyExc_TypeError, "sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata "
-                                         "maker, client memo, server memo))");
+                                         "maker, Facts maker, client memo, server memo))");
         return NULL;
     }
     PyObject *reader = args[1];
-    SlotMakerObject *makers[3] = {reader_maker(reader, 0, CLIENT_FIELDS), reader_maker(reader, 1, SERVER_FIELDS),
-                                  reader_maker(reader, 2, METADATA_FIELDS)};
-    if (makers[0] == NULL || makers[1] == NULL || makers[2] == NULL)
+    SlotMakerObject *makers[4] = {reader_maker(reader, 0, CLIENT_FIELDS), reader_maker(reader, 1, SERVER_FIELDS),
+                                  reader_maker(reader, 2, METADATA_FIELDS), reader_maker(reader, 3, FACTS_FIELDS)};
+    if (makers[0] == NULL || makers[1] == NULL || makers[2] == NULL || makers[3] == NULL)
         return NULL;
     sample_join joins[2];
     joins[0].len = joins[1].len = 0;
@@ -892,32 +892,29 @@ static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_
     }
     if (!handshake && requests == NULL && responses == NULL)
         Py_RETURN_NONE;
-    PyObject *items[5] = {requests != NULL ? requests : Py_NewRef(Py_None),
-                          responses != NULL ? responses : Py_NewRef(Py_None), PyBool_FromLong(handshake),
-                          NULL, Py_NewRef(Py_None)};
-    if (!handshake) {
-        items[3] = Py_NewRef(Py_None);
-    } else {
+    PyObject *meta = Py_NewRef(Py_None), *chain = Py_NewRef(Py_None);
+    if (handshake) {
         tlsh_scratch scratch;
         PyObject *hellos[4] = {NULL, NULL, NULL, NULL};
-        if (hello_objects(&joins[0], 0, makers[0], &scratch, &hellos[0], &hellos[1], &items[4]) == 0
-            && hello_objects(&joins[1], 1, makers[1], &scratch, &hellos[2], &hellos[3], &items[4]) == 0)
-            items[3] = metadata_object(reader, makers[2], hellos[0], hellos[1], hellos[2], hellos[3]);
+        Py_CLEAR(meta);
+        if (hello_objects(&joins[0], 0, makers[0], &scratch, &hellos[0], &hellos[1], &chain) == 0
+            && hello_objects(&joins[1], 1, makers[1], &scratch, &hellos[2], &hellos[3], &chain) == 0)
+            meta = metadata_object(reader, makers[2], hellos[0], hellos[1], hellos[2], hellos[3]);
         for (int i = 0; i < 4; i++)
             Py_XDECREF(hellos[i]);
-        if (items[3] == NULL) {
-            for (int i = 0; i < 5; i++)
-                Py_XDECREF(items[i]);
-            return NULL;
-        }
     }
+    /* Facts(http_requests=[], http_responses=[], client_hello=meta.client_hello, tls=meta) */
+    PyObject *hello = meta == NULL || meta == Py_None ? Py_None : *(PyObject **)((char *)meta + makers[2]->offsets[0]);
+    PyObject *facts_items[FACTS_FIELDS] = {PyList_New(0), PyList_New(0), Py_NewRef(hello), meta};
+    PyObject *items[5] = {slot_make(makers[3], facts_items), requests != NULL ? requests : Py_NewRef(Py_None),
+                          responses != NULL ? responses : Py_NewRef(Py_None), PyBool_FromLong(handshake), chain};
     return tuple_of(items, 5);
 }
 
 static PyMethodDef dpi_functions[] = {
     {"sample_facts", (PyCFunction)(void (*)(void))sample_facts, METH_FASTCALL,
-     "sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata maker, client memo, server memo)) -> "
-     "(requests, responses, handshake, TlsMetadata | None, chain | None) | None: a TCP flow's samples read in one pass."},
+     "sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata maker, Facts maker, client memo, "
+     "server memo)) -> (Facts, requests, responses, handshake, chain | None) | None: a TCP flow's samples read in one pass."},
     {"client_hello", client_hello, METH_O,
      "client_hello(payload) -> ((ClientHello fields), (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)) | None."},
     {"server_hello", server_hello, METH_O,

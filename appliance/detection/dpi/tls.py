@@ -14,7 +14,7 @@ from appliance.detection.dpi.tls_cert import AnomalyLimits, TrustAnchors, chain_
 from appliance.detection.dpi.tls_meta import TlsMetadata
 from appliance.detection.facts import Facts
 from appliance.detection.resolutions import ResolverCache, is_private
-from appliance.model import Category, Detection, FlowRecord, Severity, Transport
+from appliance.model import Category, Detection, FlowRecord, Severity, Transport, ip_str
 
 _NS = 1_000_000_000
 # Certificate findings that say the server is not who a public service would be; the rest are weaker hints.
@@ -79,7 +79,7 @@ class TlsAnalyzer:
                 others, watched_s, handshakes = rarity
                 rare = (others <= c.rare_max_fleet_agents and watched_s >= c.rare_learning_s
                         and handshakes >= c.rare_min_handshakes)
-        address = flow.remote_addr
+        address = ip_str(flow.remote_ip)  # flow.remote_addr without the property's Python frame (every TCP flow)
         if c.ignore_private and is_private(address):
             return []
         hello = facts.client_hello

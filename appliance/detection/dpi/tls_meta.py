@@ -4,8 +4,9 @@ Samples are the first payload-bearing packets of the flow, in order. A hello lar
 segment (Chrome's, with post-quantum key shares, is about 1.8 KB) spans several samples of the same
 direction, so each direction's samples are joined from the first one that opens a handshake record.
 
-The samples are walked, joined and read in one C call (`native_dpi.sample_facts`, which also gives
-FlowFacts its HTTP candidates) that makes the metadata, the fingerprints from a FingerprintMemo.
+The samples are walked, joined and read in one C call (`native_dpi.sample_facts`, called by
+appliance/detection/facts.py, which also takes its HTTP candidates from it) that makes the metadata, the
+fingerprints from a FingerprintMemo.
 `tls_metadata_reference` is the same in Python (the reference parsers and hashlib, nothing remembered),
 what the tests hold the C path to.
 """
@@ -17,8 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.detection.dpi.tls_cert import CertificateInfo, read_certificate
-from appliance.detection.dpi.tls_fingerprint import (FingerprintMemo, _ja3_of, ja3_string_reference, ja4_reference,
-                                                     ja4s_reference)
+from appliance.detection.dpi.tls_fingerprint import _ja3_of, ja3_string_reference, ja4_reference, ja4s_reference
 from appliance.detection.dpi.tls_parse import (MAX_HANDSHAKE_BYTES, ClientHello, ServerHello, certificate_chain,
                                                parse_client_hello_reference, parse_server_hello_reference, version_name)
 from appliance.model import FlowRecord, Packet
@@ -91,22 +91,16 @@ def opens_handshake(flow: FlowRecord) -> bool:
     return any(p.payload[:1] == b"\x16" for p in flow.samples)
 
 
-def _maker(cls: type) -> Any:
+def slot_maker(cls: type) -> Any:
     """A `native_dpi.SlotMaker` of a slotted dataclass whose __init__ only assigns its fields (no
-    __post_init__): what sample_facts makes equals cls(*values)."""
+    __post_init__): what sample_facts makes with it equals cls(*values)."""
     if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or "__slots__" not in vars(cls):
         raise TypeError(f"{cls.__name__}: sample_facts makes only slotted dataclasses without __post_init__")
     return native_dpi.SlotMaker(cls, tuple(f.name for f in dataclasses.fields(cls)))
 
 
-# How `native_dpi.sample_facts` makes the hellos and the metadata (the makers: constants of the classes).
-_MAKERS = (_maker(ClientHello), _maker(ServerHello), _maker(TlsMetadata))
-SampleReader = tuple[Any, Any, Any, dict[str, tuple[str, str]], dict[str, str]]
-
-
-def sample_reader(memo: FingerprintMemo) -> SampleReader:
-    """The second argument of `native_dpi.sample_facts`: the makers and the fingerprint memos."""
-    return (*_MAKERS, memo.clients, memo.servers)
+# How `native_dpi.sample_facts` makes the hellos and the metadata (constants of the classes; facts.py adds Facts).
+METADATA_MAKERS = (slot_maker(ClientHello), slot_maker(ServerHello), slot_maker(TlsMetadata))
 
 
 def read_chain(meta: TlsMetadata, chain: tuple[list[bytes], bool]) -> None:
@@ -120,19 +114,8 @@ def read_chain(meta: TlsMetadata, chain: tuple[list[bytes], bool]) -> None:
             meta.certificates.append(info)
 
 
-def tls_metadata(flow: FlowRecord, memo: FingerprintMemo | None = None) -> TlsMetadata | None:
-    """The handshake metadata of `flow`, or None when its samples hold neither hello."""
-    found = native_dpi.sample_facts(flow.samples, sample_reader(memo if memo is not None else FingerprintMemo()))
-    if found is None or found[3] is None:
-        return None
-    meta, chain = found[3], found[4]
-    if chain is not None:
-        read_chain(meta, chain)
-    return meta
-
-
 def tls_metadata_reference(flow: FlowRecord) -> TlsMetadata | None:
-    """`tls_metadata` in Python (reference parsers, hashlib each time): what the C path must give."""
+    """`facts.tls_metadata` in Python (reference parsers, hashlib each time): what the C path must give."""
     client = parse_client_hello_reference(_joined(flow.samples, _OUTBOUND))
     inbound = _joined(flow.samples, _INBOUND)
     server = parse_server_hello_reference(inbound)
