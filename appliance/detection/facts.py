@@ -21,7 +21,6 @@ from appliance.model import FlowRecord, Transport
 from appliance.native import dpi as native_dpi
 
 _OUTBOUND = 1
-_sample_facts = native_dpi.sample_facts
 
 
 @dataclass(slots=True)
@@ -53,7 +52,9 @@ class FlowFacts:
     def facts(self, flow: FlowRecord) -> Facts:
         if flow is self._flow:
             return self._facts
-        found = _sample_facts(flow.samples, self._reader) if flow.transport is Transport.TCP and flow.samples else None
+        found = None
+        if flow.transport is Transport.TCP and flow.samples:
+            found = native_dpi.sample_facts(flow.samples, self._reader)
         if found is None:
             result = Facts()
         else:
@@ -92,7 +93,7 @@ def sample_reader(memo: FingerprintMemo) -> tuple[Any, ...]:
 
 def tls_metadata(flow: FlowRecord, memo: FingerprintMemo | None = None) -> TlsMetadata | None:
     """The handshake metadata of `flow` (read as FlowFacts reads it), or None when its samples hold neither hello."""
-    found = _sample_facts(flow.samples, sample_reader(memo if memo is not None else FingerprintMemo()))
+    found = native_dpi.sample_facts(flow.samples, sample_reader(memo if memo is not None else FingerprintMemo()))
     if found is None or found[0].tls is None:
         return None
     meta, chain = found[0].tls, found[4]
