@@ -715,15 +715,23 @@ static int append_lazily(PyObject **list, PyObject *item)
     return PyList_Append(*list, item);
 }
 
-/* A direction as the Python compares it: 1 (outbound), 2 (inbound), or 0 for anything else (other ints,
- * not an int at all). */
+/* A direction as the Python compares it (`direction == 1`, `== 2`): 1 (outbound), 2 (inbound), 0 for anything
+ * else, -1 with an exception when a comparison raised. An int is read; anything else is compared. */
 static int sample_direction(PyObject *value)
 {
-    if (!PyLong_Check(value))
-        return 0;
-    int overflow;
-    long v = PyLong_AsLongAndOverflow(value, &overflow);
-    return overflow == 0 && (v == 1 || v == 2) ? (int)v : 0;
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        long v = PyLong_AsLongAndOverflow(value, &overflow);
+        return overflow == 0 && (v == 1 || v == 2) ? (int)v : 0;
+    }
+    for (long d = 1; d <= 2; d++) {
+        PyObject *wanted = PyLong_FromLong(d);
+        int equal = wanted != NULL ? PyObject_RichCompareBool(value, wanted, Py_EQ) : -1;
+        Py_XDECREF(wanted);
+        if (equal != 0)
+            return equal < 0 ? -1 : (int)d;
+    }
+    return 0;
 }
 
 /* Walks the samples once: HTTP candidates into *requests/*responses (the payload objects themselves), both
@@ -742,10 +750,10 @@ static int classify_samples(PyObject *module, PyObject *samples, sample_join joi
         PyObject *payload = dnsw_get(packet, &sample_attr_payload);
         PyObject *direction_value = payload != NULL ? dnsw_get(packet, &sample_attr_direction) : NULL;
         Py_buffer view;
-        if (direction_value == NULL || PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE) < 0) {
+        int direction = direction_value != NULL ? sample_direction(direction_value) : -1;
+        if (direction < 0 || PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE) < 0) {
             status = -1;
         } else {
-            int direction = sample_direction(direction_value);
             const unsigned char *p = view.buf;
             size_t n = (size_t)view.len;
             if (n > 0 && p[0] == TLSH_HANDSHAKE)
