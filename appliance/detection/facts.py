@@ -88,7 +88,7 @@ class FlowFacts:
 
 def sample_reader(memo: FingerprintMemo) -> tuple[Any, ...]:
     """The second argument of `native_dpi.sample_facts`: how it makes the objects, and the fingerprint memos."""
-    return (*METADATA_MAKERS, _FACTS_MAKER, memo.clients, memo.servers)
+    return (*METADATA_MAKERS, _FACTS_MAKER, memo.ja4, memo.ja3, memo.ja4s)
 
 
 def tls_metadata(flow: FlowRecord, memo: FingerprintMemo | None = None) -> TlsMetadata | None:

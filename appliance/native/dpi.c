@@ -13,8 +13,8 @@
  *     The hello at the start of a direction's joined samples (tls_hello.h, the twin of tls_parse.py), its
  *     fields in the order of the dataclass, and the strings its fingerprints hash (tlsh_client_texts,
  *     tlsh_server_texts); None where parse_*_hello_reference gives None.
- * sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata maker, Facts maker, client memo,
- *               server memo)) -> (facts, requests, responses, handshake, chain) | None
+ * sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata maker, Facts maker, JA4 memo,
+ *               JA3 memo, JA4S memo)) -> (facts, requests, responses, handshake, chain) | None
  *     What FlowFacts.facts reads of a TCP flow's samples (packets: .payload bytes-like, .direction), in one
  *     pass (the twin of facts.facts_reference's loop and tls_meta._joined). `requests`/`responses`: the
  *     payloads that may open an HTTP request (outbound, first byte an ASCII letter) or response (not
@@ -22,8 +22,8 @@
  *     a sample opens a handshake record (first byte 0x16). Then each direction's samples joined from the
  *     first that opens a record, its hello read as client_hello / server_hello do, and a TlsMetadata of the
  *     two (None when neither was read) with the fingerprints that the memos give for the texts they hash
- *     (client memo[key] -> (ja4, ja3), server memo[key] -> ja4s; key: the texts as one str, "|" between them,
- *     see tls_fingerprint.FingerprintMemo), all made by the SlotMakers given; `facts` holds it (tls,
+ *     (JA4 memo["head|ciphers|extensions"], JA3 memo[ja3 string], JA4S memo["head|extensions"], see
+ *     tls_fingerprint.FingerprintMemo), all made by the SlotMakers given; `facts` holds it (tls,
  *     client_hello). `chain`: where a ServerHello was read, the certificate chain
  *     (tls_parse.certificate_chain), ([DER], complete), for the caller to read into the metadata; else None.
  *     None when the flow has neither a handshake nor an HTTP candidate.
@@ -239,12 +239,33 @@ static PyObject *bytes_of(tlsh_bytes b)
     return PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.n);
 }
 
+/* A tuple of `n` new references (stolen); NULL, with every reference released, when one of them is NULL
+ * (Py_BuildValue's "N" without parsing a format per call: these tuples are made for every TLS flow). */
+static PyObject *tuple_of(PyObject **items, Py_ssize_t n)
+{
+    PyObject *out = NULL;
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        failed |= items[i] == NULL;
+    if (!failed)
+        out = PyTuple_New(n);
+    if (out == NULL) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_XDECREF(items[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(out, i, items[i]);
+    return out;
+}
+
 /* Small texts and sorts on the stack; a hostile hello's 8 K-value lists on the heap. */
 #define TEXT_ON_STACK 4096
 #define SORT_ON_STACK 512
 
-/* The client texts as a tuple of four str, or (`as_key`) as one str with '|' between them: the key of the
- * fingerprint memo (tls_fingerprint.FingerprintMemo; no text holds a '|'). */
+/* The client texts as a tuple of four str, or (`as_key`) as the keys of the fingerprint memos
+ * (tls_fingerprint.FingerprintMemo): (the three JA4 texts as one str, '|' between them (no text holds one),
+ * the JA3 string). */
 static PyObject *client_texts_object(const tlsh_client_view *view, int as_key)
 {
     char text_stack[TEXT_ON_STACK];
@@ -259,14 +280,16 @@ static PyObject *client_texts_object(const tlsh_client_view *view, int as_key)
         size_t lens[4];
         tlsh_client_texts(view, text, sort, lens);
         if (as_key) {
-            out = PyUnicode_New((Py_ssize_t)(lens[0] + lens[1] + lens[2] + lens[3] + 3), 127);
-            char *key = out != NULL ? (char *)PyUnicode_1BYTE_DATA(out) : NULL;
-            for (size_t i = 0, at = 0; key != NULL && i < 4; at += lens[i], i++) {
+            PyObject *keys[2] = {PyUnicode_New((Py_ssize_t)(lens[0] + lens[1] + lens[2] + 2), 127),
+                                 ascii_text(text + lens[0] + lens[1] + lens[2], lens[3])};
+            char *key = keys[0] != NULL ? (char *)PyUnicode_1BYTE_DATA(keys[0]) : NULL;
+            for (size_t i = 0, at = 0; key != NULL && i < 3; at += lens[i], i++) {
                 if (i)
                     *key++ = '|';
                 memcpy(key, text + at, lens[i]);
                 key += lens[i];
             }
+            out = tuple_of(keys, 2);
         } else {
             out = PyTuple_New(4);
             for (size_t i = 0, at = 0; out != NULL && i < 4; at += lens[i], i++) {
@@ -309,26 +332,6 @@ static PyObject *server_texts_object(const tlsh_server_view *view, int as_key)
     }
     if (text != text_stack)
         PyMem_Free(text);
-    return out;
-}
-
-/* A tuple of `n` new references (stolen); NULL, with every reference released, when one of them is NULL
- * (Py_BuildValue's "N" without parsing a format per call: these tuples are made for every TLS flow). */
-static PyObject *tuple_of(PyObject **items, Py_ssize_t n)
-{
-    PyObject *out = NULL;
-    int failed = 0;
-    for (Py_ssize_t i = 0; i < n; i++)
-        failed |= items[i] == NULL;
-    if (!failed)
-        out = PyTuple_New(n);
-    if (out == NULL) {
-        for (Py_ssize_t i = 0; i < n; i++)
-            Py_XDECREF(items[i]);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++)
-        PyTuple_SET_ITEM(out, i, items[i]);
     return out;
 }
 
@@ -831,56 +834,55 @@ static int hello_objects(const sample_join *join, int server, SlotMakerObject *m
     return *chain != NULL ? 0 : -1;
 }
 
-/* memo[key] (a dict whose __missing__ computes and keeps the value), checked to be a str, or a tuple of two
- * str when `pair`. */
-static PyObject *remembered(PyObject *memo, PyObject *key, int pair)
+/* memo[key] (a dict whose __missing__ computes and keeps the value), checked to be a str. */
+static PyObject *remembered(PyObject *memo, PyObject *key)
 {
     PyObject *value = PyObject_GetItem(memo, key);
-    if (value == NULL)
-        return NULL;
-    int ok = pair ? PyTuple_Check(value) && PyTuple_GET_SIZE(value) == 2 && PyUnicode_Check(PyTuple_GET_ITEM(value, 0))
-                        && PyUnicode_Check(PyTuple_GET_ITEM(value, 1))
-                  : PyUnicode_Check(value);
-    if (!ok) {
+    if (value != NULL && !PyUnicode_Check(value)) {
         Py_DECREF(value);
-        PyErr_SetString(PyExc_TypeError, pair ? "the client fingerprint memo gave no (str, str)" : "the server fingerprint memo gave no str");
+        PyErr_SetString(PyExc_TypeError, "a fingerprint memo gave no str");
         return NULL;
     }
     return value;
 }
 
-/* TlsMetadata(client, server, ja4, ja4s, ja3) with the fingerprints from the memos (reader[4], reader[5]);
- * None when neither hello was read. Steals nothing. */
-static PyObject *metadata_object(PyObject *reader, SlotMakerObject *maker, PyObject *client, PyObject *client_key,
+#define FACTS_FIELDS 4
+#define READER_ITEMS 7  /* 4 makers, the JA4, JA3 and JA4S memos */
+
+/* TlsMetadata(client, server, ja4, ja4s, ja3) with the fingerprints from the memos (reader[4..6]); None when
+ * neither hello was read. `client_keys`: (JA4 key, JA3 string). Steals nothing. */
+static PyObject *metadata_object(PyObject *reader, SlotMakerObject *maker, PyObject *client, PyObject *client_keys,
                                  PyObject *server, PyObject *server_key)
 {
     if (client == Py_None && server == Py_None)
         Py_RETURN_NONE;
-    PyObject *prints = NULL, *ja4s = NULL;
-    if (client != Py_None && (prints = remembered(PyTuple_GET_ITEM(reader, 4), client_key, 1)) == NULL)
-        return NULL;
-    if (server != Py_None && (ja4s = remembered(PyTuple_GET_ITEM(reader, 5), server_key, 0)) == NULL) {
-        Py_XDECREF(prints);
+    PyObject *ja4 = NULL, *ja3 = NULL, *ja4s = NULL;
+    if (client != Py_None) {
+        ja4 = remembered(PyTuple_GET_ITEM(reader, 4), PyTuple_GET_ITEM(client_keys, 0));
+        ja3 = ja4 != NULL ? remembered(PyTuple_GET_ITEM(reader, 5), PyTuple_GET_ITEM(client_keys, 1)) : NULL;
+        if (ja3 == NULL) {
+            Py_XDECREF(ja4);
+            return NULL;
+        }
+    }
+    if (server != Py_None && (ja4s = remembered(PyTuple_GET_ITEM(reader, 6), server_key)) == NULL) {
+        Py_XDECREF(ja4);
+        Py_XDECREF(ja3);
         return NULL;
     }
     /* client_hello, server_hello, ja4, ja4s, ja3, certificates, chain_complete, certificates_unreadable */
-    PyObject *items[METADATA_FIELDS] = {
-        Py_NewRef(client), Py_NewRef(server), prints != NULL ? Py_NewRef(PyTuple_GET_ITEM(prints, 0)) : PyUnicode_New(0, 0),
-        ja4s != NULL ? ja4s : PyUnicode_New(0, 0), prints != NULL ? Py_NewRef(PyTuple_GET_ITEM(prints, 1)) : PyUnicode_New(0, 0),
-        PyList_New(0), Py_NewRef(Py_True), PyLong_FromLong(0)};
-    Py_XDECREF(prints);
+    PyObject *items[METADATA_FIELDS] = {Py_NewRef(client), Py_NewRef(server), ja4 != NULL ? ja4 : PyUnicode_New(0, 0),
+                                        ja4s != NULL ? ja4s : PyUnicode_New(0, 0), ja3 != NULL ? ja3 : PyUnicode_New(0, 0),
+                                        PyList_New(0), Py_NewRef(Py_True), PyLong_FromLong(0)};
     return slot_make(maker, items);
 }
-
-#define FACTS_FIELDS 4
-#define READER_ITEMS 6
 
 /* sample_facts(samples, reader): see the top of this file. */
 static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != READER_ITEMS) {
         PyErr_SetString(PyExc_TypeError, "sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata "
-                                         "maker, Facts maker, client memo, server memo))");
+                                         "maker, Facts maker, JA4 memo, JA3 memo, JA4S memo))");
         return NULL;
     }
     PyObject *reader = args[1];
@@ -921,8 +923,9 @@ static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_
 
 static PyMethodDef dpi_functions[] = {
     {"sample_facts", (PyCFunction)(void (*)(void))sample_facts, METH_FASTCALL,
-     "sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata maker, Facts maker, client memo, "
-     "server memo)) -> (Facts, requests, responses, handshake, chain | None) | None: a TCP flow's samples read in one pass."},
+     "sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata maker, Facts maker, JA4 memo, "
+     "JA3 memo, JA4S memo)) -> (Facts, requests, responses, handshake, chain | None) | None: a TCP flow's samples read "
+     "in one pass."},
     {"client_hello", client_hello, METH_O,
      "client_hello(payload) -> ((ClientHello fields), (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)) | None."},
     {"server_hello", server_hello, METH_O,

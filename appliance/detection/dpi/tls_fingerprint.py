@@ -122,30 +122,32 @@ class _Remembered(dict[str, Any]):
         return value
 
 
-def _client_prints(key: str) -> tuple[str, str]:
-    head, ciphers, extensions, ja3_text = key.split("|")
-    return _ja4_of((head, ciphers, extensions, ja3_text), "t"), _ja3_of(ja3_text)
+def _ja4_print(key: str) -> str:
+    head, ciphers, extensions = key.split("|")
+    return _ja4_of((head, ciphers, extensions, ""), "t")
 
 
-def _server_print(key: str) -> str:
+def _ja4s_print(key: str) -> str:
     head, extensions = key.split("|")
     return _ja4s_of((head, extensions), "t")
 
 
 class FingerprintMemo:
-    """JA4 and JA3 of a ClientHello (`clients[key]`), JA4S of a ServerHello (`servers[key]`), transport "t",
-    from the texts they hash as `native_dpi.sample_facts` gives them (one str, "|" between the texts:
-    "head|ciphers|extensions|ja3 string", "head|extensions"), remembered.
+    """JA4 (`ja4[key]`), JA3 (`ja3[ja3 string]`) and JA4S (`ja4s[key]`), transport "t", from the texts they
+    hash as `native_dpi.sample_facts` gives them ("head|ciphers|extensions", "head|extensions": "|" between
+    the texts), remembered.
 
     Hashing (three SHA-256 and an MD5 per TLS flow) cost more than reading the hellos, and the texts repeat
-    flow after flow: they are a function of the client software and the server's configuration, not of the
-    connection (random, session id, SNI and GREASE values are not in them). Keys are attacker-chosen: plain
-    dicts (str hashing is keyed SipHash), at most `entries` keys per side of at most `max_key` characters;
-    a full side starts over."""
+    flow after flow: JA4's and JA4S's are a function of the client software and of the server's configuration,
+    not of the connection (random, session id, SNI, GREASE values and extension order are not in them). JA3's
+    string keeps the extensions in wire order: stable for most software, new on every hello of a browser that
+    permutes them (Chrome), so it has its own memo. Keys are attacker-chosen: plain dicts (str hashing is
+    keyed SipHash), at most `entries` keys each of at most `max_key` characters; a full one starts over."""
 
     def __init__(self, entries: int = 1024, max_key: int = 2048) -> None:
-        self.clients: dict[str, tuple[str, str]] = _Remembered(_client_prints, entries, max_key)
-        self.servers: dict[str, str] = _Remembered(_server_print, entries, max_key)
+        self.ja4: dict[str, str] = _Remembered(_ja4_print, entries, max_key)
+        self.ja3: dict[str, str] = _Remembered(_ja3_of, entries, max_key)
+        self.ja4s: dict[str, str] = _Remembered(_ja4s_print, entries, max_key)
 
 
 def ja4_reference(hello: ClientHello, transport: str = "t") -> str:

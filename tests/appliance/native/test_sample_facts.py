@@ -96,7 +96,7 @@ def test_payloads_and_directions_of_other_types_read_as_the_python_reads_them(ha
 def test_hostile_arguments_raise_and_never_crash(handshakes: dict[str, list[bytes]]) -> None:
     samples = flow_of([(1, handshakes["client"][0])]).samples
     good = reader()
-    for bad_reader in (None, (), good[:5], good + (None,), (good[1], good[0], *good[2:]), (None, *good[1:]),
+    for bad_reader in (None, (), good[:6], good + (None,), (good[1], good[0], *good[2:]), (None, *good[1:]),
                        (*good[:3], tls_meta.METADATA_MAKERS[2], *good[4:])):
         with pytest.raises(TypeError):
             dpi.sample_facts(samples, bad_reader)
@@ -110,16 +110,19 @@ def test_hostile_arguments_raise_and_never_crash(handshakes: dict[str, list[byte
         flow.samples[0].payload = payload  # type: ignore[assignment]
         with pytest.raises((TypeError, BufferError, ValueError)):
             dpi.sample_facts(flow.samples, good)
-    for memo, error in (({}, KeyError), (dict.fromkeys(["x"]), KeyError)):
-        with pytest.raises(error):
-            dpi.sample_facts(samples, (*good[:4], memo, good[5]))
+    for at in (4, 5):
+        with pytest.raises(KeyError):  # a plain dict computes nothing
+            dpi.sample_facts(samples, (*good[:at], {}, *good[at + 1 :]))
 
     class Wrong(dict[str, Any]):
         def __missing__(self, key: str) -> Any:
-            return "not a pair"
+            return ("not", "a str")
 
     with pytest.raises(TypeError):
-        dpi.sample_facts(samples, (*good[:4], Wrong(), good[5]))
+        dpi.sample_facts(samples, (*good[:4], Wrong(), *good[5:]))
+    server = flow_of([(2, handshakes["server"][0])]).samples
+    with pytest.raises(TypeError):
+        dpi.sample_facts(server, (*good[:6], Wrong()))
     assert dpi.sample_facts(samples, good)[0].tls is not None  # still reads after every refusal
 
 
@@ -204,7 +207,7 @@ def test_no_leak_on_any_path(handshakes: dict[str, list[bytes]]) -> None:
     def calls() -> None:
         for flow in flows:
             dpi.sample_facts(flow.samples, good)
-        for samples, with_reader in ((broken.samples, good), (flows[0].samples, good[:5])):
+        for samples, with_reader in ((broken.samples, good), (flows[0].samples, good[:6])):
             try:  # the error paths free what they took (pytest.raises keeps tracebacks alive: not used here)
                 dpi.sample_facts(samples, with_reader)
             except (TypeError, AttributeError):
