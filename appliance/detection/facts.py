@@ -15,7 +15,8 @@ from typing import Any
 
 from appliance.detection.dpi.http_parse import HttpRequest, HttpResponse, parse_request, parse_response
 from appliance.detection.dpi.tls_fingerprint import FingerprintMemo
-from appliance.detection.dpi.tls_meta import METADATA_MAKERS, TlsMetadata, read_chain, slot_maker, tls_metadata_reference
+from appliance.detection.dpi.tls_meta import (METADATA_MAKERS, TlsMetadata, read_chain, slot_maker,
+                                              tls_metadata_reference)
 from appliance.detection.dpi.tls_parse import ClientHello
 from appliance.model import FlowRecord, Transport
 from appliance.native import dpi as native_dpi

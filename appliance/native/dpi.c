@@ -519,7 +519,8 @@ static PyObject *client_hello(PyObject *module, PyObject *payload)
     tlsh_scratch scratch;
     tlsh_client_hello hello;
     int found = tlsh_parse_client_hello(view.buf, (size_t)view.len, &scratch, &hello);
-    PyObject *out = found ? Py_BuildValue("(NN)", client_fields(&hello), client_texts_object(&hello.view, 0)) : Py_NewRef(Py_None);
+    PyObject *out = found ? Py_BuildValue("(NN)", client_fields(&hello), client_texts_object(&hello.view, 0))
+                          : Py_NewRef(Py_None);
     PyBuffer_Release(&view);
     return out;
 }
@@ -737,10 +738,11 @@ static int sample_direction(PyObject *value)
     return 0;
 }
 
-/* Walks the samples once: HTTP candidates into *requests/*responses (the payload objects themselves), both
- * directions joined; *handshake when a sample opens a handshake record. */
-static int classify_samples(PyObject *module, PyObject *samples, sample_join joins[2], int *handshake,
-                            PyObject **requests, PyObject **responses)
+/* Walks the samples once: the HTTP candidates appended to the request and response lists (the payload objects
+ * themselves; a list made on first use), both directions joined, *handshake set when a sample opens a
+ * handshake record. */
+static int classify_samples(PyObject *samples, sample_join joins[2], int *handshake, PyObject **requests,
+                            PyObject **responses)
 {
     PyObject *seq = PySequence_Fast(samples, "sample_facts() takes a sequence of packets");
     if (seq == NULL)
@@ -871,9 +873,10 @@ static PyObject *metadata_object(PyObject *reader, SlotMakerObject *maker, PyObj
         return NULL;
     }
     /* client_hello, server_hello, ja4, ja4s, ja3, certificates, chain_complete, certificates_unreadable */
-    PyObject *items[METADATA_FIELDS] = {Py_NewRef(client), Py_NewRef(server), ja4 != NULL ? ja4 : PyUnicode_New(0, 0),
-                                        ja4s != NULL ? ja4s : PyUnicode_New(0, 0), ja3 != NULL ? ja3 : PyUnicode_New(0, 0),
-                                        PyList_New(0), Py_NewRef(Py_True), PyLong_FromLong(0)};
+    PyObject *items[METADATA_FIELDS] = {
+        Py_NewRef(client), Py_NewRef(server), ja4 != NULL ? ja4 : PyUnicode_New(0, 0),
+        ja4s != NULL ? ja4s : PyUnicode_New(0, 0), ja3 != NULL ? ja3 : PyUnicode_New(0, 0),
+        PyList_New(0), Py_NewRef(Py_True), PyLong_FromLong(0)};
     return slot_make(maker, items);
 }
 
@@ -895,7 +898,7 @@ static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_
     joins[0].open = joins[1].open = 0;
     int handshake = 0;
     PyObject *requests = NULL, *responses = NULL;
-    if (classify_samples(module, args[0], joins, &handshake, &requests, &responses) < 0) {
+    if (classify_samples(args[0], joins, &handshake, &requests, &responses) < 0) {
         Py_XDECREF(requests);
         Py_XDECREF(responses);
         return NULL;

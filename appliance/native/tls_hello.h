@@ -3,7 +3,8 @@
  * JA4, JA4S and JA3 hash, in C.
  *
  * The C twin of appliance/detection/dpi/tls_parse.py (parse_client_hello_reference,
- * parse_server_hello_reference, certificate_chain) and tls_fingerprint.py (ja4_reference, ja4s_reference, ja3_string_reference):
+ * parse_server_hello_reference, certificate_chain) and tls_fingerprint.py (ja4_reference, ja4s_reference,
+ * ja3_string_reference):
  * the same records joined (handshake records, major version 3, at most TLSH_MAX_HANDSHAKE_BYTES of the
  * payload, a record longer than the bytes there is cut), the same bounded reads (a field announced past the
  * end stops the parse where Python's _Short does), the same quirks (a list of odd length reads its whole

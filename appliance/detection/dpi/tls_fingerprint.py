@@ -177,6 +177,11 @@ def ja4s_reference(hello: ServerHello, transport: str = "t") -> str:
     return f"{prefix}_{hello.cipher:04x}_{extension_hash}"
 
 
+def ja3_reference(hello: ClientHello) -> str:
+    """`ja3` in Python: what the C path must give (used by the tests)."""
+    return _ja3_of(ja3_string_reference(hello))
+
+
 def ja3_string_reference(hello: ClientHello) -> str:
     """`ja3_string` in Python: what the C must give (used by the tests)."""
     def join(values: list[int]) -> str:

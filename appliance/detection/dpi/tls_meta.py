@@ -5,10 +5,9 @@ segment (Chrome's, with post-quantum key shares, is about 1.8 KB) spans several 
 direction, so each direction's samples are joined from the first one that opens a handshake record.
 
 The samples are walked, joined and read in one C call (`native_dpi.sample_facts`, called by
-appliance/detection/facts.py, which also takes its HTTP candidates from it) that makes the metadata, the
-fingerprints from a FingerprintMemo.
-`tls_metadata_reference` is the same in Python (the reference parsers and hashlib, nothing remembered),
-what the tests hold the C path to.
+appliance/detection/facts.py, which also takes its HTTP candidates from it) that makes the metadata with the
+SlotMakers below, the fingerprints from a FingerprintMemo. `tls_metadata_reference` is the same in Python
+(the reference parsers and hashlib, nothing remembered), what the tests hold the C path to.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.detection.dpi.tls_cert import CertificateInfo, read_certificate
-from appliance.detection.dpi.tls_fingerprint import _ja3_of, ja3_string_reference, ja4_reference, ja4s_reference
+from appliance.detection.dpi.tls_fingerprint import ja3_reference, ja4_reference, ja4s_reference
 from appliance.detection.dpi.tls_parse import (MAX_HANDSHAKE_BYTES, ClientHello, ServerHello, certificate_chain,
                                                parse_client_hello_reference, parse_server_hello_reference, version_name)
 from appliance.model import FlowRecord, Packet
@@ -123,7 +122,7 @@ def tls_metadata_reference(flow: FlowRecord) -> TlsMetadata | None:
         return None
     meta = TlsMetadata(client, server)
     if client is not None:
-        meta.ja4, meta.ja3 = ja4_reference(client), _ja3_of(ja3_string_reference(client))
+        meta.ja4, meta.ja3 = ja4_reference(client), ja3_reference(client)
     if server is not None:
         meta.ja4s = ja4s_reference(server)
         chain = certificate_chain(inbound)

@@ -40,6 +40,9 @@ def reader() -> tuple[Any, ...]:
     return sample_reader(FingerprintMemo())
 
 
+# Mutated flights carry certificates `cryptography` reads with a deprecation warning (a serial number that is
+# not positive): counted, as on the wire, not a failure.
+@pytest.mark.filterwarnings("ignore::cryptography.utils.CryptographyDeprecationWarning")
 def test_seeded_random_flows_equal_the_reference(handshakes: dict[str, list[bytes]]) -> None:
     rng = random.Random(11)
     assert assert_same_facts([_random_flow(rng, handshakes, n) for n in range(1500)], memo_entries=3) > 200
