@@ -217,7 +217,7 @@ def _pipeline_detections(flows: list[FlowRecord], reference: bool) -> list[Any]:
 
     with tempfile.TemporaryDirectory() as tmp:
         app = build(settings(Path(tmp)))
-        assert app.detection is not None
+        assert app.detection is not None and app.pipeline is not None
         if reference:  # every layer reads the reference's facts, parsed once per flow as FlowFacts does
             cache: dict[str, Any] = {}
 
