@@ -203,9 +203,14 @@ static PyObject *u16_tuple(tlsh_u16s list)
 /* version_name(): the _VERSIONS name or 0x%04x. */
 static PyObject *version_text(unsigned version)
 {
+    static PyObject *names[5];  /* SSLv3 .. TLSv1.3, made once: one of them names nearly every hello */
     const char *name = tlsh_version_name(version);
-    if (name != NULL)
-        return ascii_text(name, strlen(name));
+    if (name != NULL && version >= 0x0300 && version <= 0x0304) {
+        PyObject **made = &names[version - 0x0300];
+        if (*made == NULL)
+            *made = ascii_text(name, strlen(name));
+        return Py_XNewRef(*made);
+    }
     char hex[6] = {'0', 'x'};
     tlsh_hex4(hex + 2, version);
     return ascii_text(hex, 6);
@@ -259,6 +264,44 @@ static PyObject *tuple_of(PyObject **items, Py_ssize_t n)
     return out;
 }
 
+/* The memo keys of the last hellos read (JA4 texts, JA3 string, JA4S texts), kept: consecutive flows of the
+ * same software give the same texts, and the same str object finds its memo entry with its hash already
+ * computed and by identity (no SipHash, no compare). Three strings held for the module's life. */
+enum { KEY_JA4, KEY_JA3, KEY_JA4S, KEY_KINDS };
+static PyObject *last_keys[KEY_KINDS];
+
+/* The `n` texts joined with '|' as an ASCII str: the one kept for `kind` when it is the same text. */
+static PyObject *key_text(int kind, const char *const *parts, const size_t *lens, int n)
+{
+    size_t total = (size_t)(n - 1);
+    for (int i = 0; i < n; i++)
+        total += lens[i];
+    PyObject *kept = last_keys[kind];
+    if (kept != NULL && (size_t)PyUnicode_GET_LENGTH(kept) == total) {
+        const char *text = (const char *)PyUnicode_1BYTE_DATA(kept);
+        int same = 1;
+        for (int i = 0, at = 0; same && i < n; at += (int)lens[i], i++) {
+            if (i)
+                same = text[at++] == '|';
+            same = same && memcmp(text + at, parts[i], lens[i]) == 0;
+        }
+        if (same)
+            return Py_NewRef(kept);
+    }
+    PyObject *out = PyUnicode_New((Py_ssize_t)total, 127);
+    if (out == NULL)
+        return NULL;
+    char *text = (char *)PyUnicode_1BYTE_DATA(out);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            *text++ = '|';
+        memcpy(text, parts[i], lens[i]);
+        text += lens[i];
+    }
+    Py_XSETREF(last_keys[kind], Py_NewRef(out));
+    return out;
+}
+
 /* Small texts and sorts on the stack; a hostile hello's 8 K-value lists on the heap. */
 #define TEXT_ON_STACK 4096
 #define SORT_ON_STACK 512
@@ -280,15 +323,8 @@ static PyObject *client_texts_object(const tlsh_client_view *view, int as_key)
         size_t lens[4];
         tlsh_client_texts(view, text, sort, lens);
         if (as_key) {
-            PyObject *keys[2] = {PyUnicode_New((Py_ssize_t)(lens[0] + lens[1] + lens[2] + 2), 127),
-                                 ascii_text(text + lens[0] + lens[1] + lens[2], lens[3])};
-            char *key = keys[0] != NULL ? (char *)PyUnicode_1BYTE_DATA(keys[0]) : NULL;
-            for (size_t i = 0, at = 0; key != NULL && i < 3; at += lens[i], i++) {
-                if (i)
-                    *key++ = '|';
-                memcpy(key, text + at, lens[i]);
-                key += lens[i];
-            }
+            const char *parts[4] = {text, text + lens[0], text + lens[0] + lens[1], text + lens[0] + lens[1] + lens[2]};
+            PyObject *keys[2] = {key_text(KEY_JA4, parts, lens, 3), key_text(KEY_JA3, parts + 3, lens + 3, 1)};
             out = tuple_of(keys, 2);
         } else {
             out = PyTuple_New(4);
@@ -320,13 +356,8 @@ static PyObject *server_texts_object(const tlsh_server_view *view, int as_key)
     tlsh_server_texts(view, text, lens);
     PyObject *out;
     if (as_key) {
-        out = PyUnicode_New((Py_ssize_t)(lens[0] + lens[1] + 1), 127);
-        if (out != NULL) {
-            char *key = (char *)PyUnicode_1BYTE_DATA(out);
-            memcpy(key, text, lens[0]);
-            key[lens[0]] = '|';
-            memcpy(key + lens[0] + 1, text + lens[0], lens[1]);
-        }
+        const char *parts[2] = {text, text + lens[0]};
+        out = key_text(KEY_JA4S, parts, lens, 2);
     } else {
         out = Py_BuildValue("(s#s#)", text, (Py_ssize_t)lens[0], text + lens[0], (Py_ssize_t)lens[1]);
     }
