@@ -80,12 +80,17 @@ class TlsAnalyzer:
                 rare = (others <= c.rare_max_fleet_agents and watched_s >= c.rare_learning_s
                         and handshakes >= c.rare_min_handshakes)
         address = ip_str(flow.remote_ip)  # flow.remote_addr without the property's Python frame (every TCP flow)
-        if c.ignore_private and is_private(address):
-            return []
         hello = facts.client_hello
         sni = hello.sni if hello is not None else ""
         resolution = self._resolver.lookup(flow.agent_id, address, flow.first_ns, c.resolution_window_s)
-        # Decide first: most flows raise nothing, and the evidence below costs more than the tests.
+        # Decide first: most flows raise nothing, and the evidence below costs more than the tests. Most are
+        # resolved, their SNI among the names (or none), not rare, no chain in clear: nothing to raise whether
+        # the address is private or not, so that test waits.
+        if resolution is not None and not rare and (tls is None or not tls.certificates) and (
+                not sni or sni in resolution.names):
+            return []
+        if c.ignore_private and is_private(address):
+            return []
         mismatch = resolution is not None and bool(sni) and sni not in resolution.names and self._unbacked(
             flow, sni, resolution.names, c.resolution_window_s)
         if not (resolution is None or mismatch or rare or (tls is not None and tls.certificates)):
