@@ -170,9 +170,12 @@ def tls_costs(flows: list) -> dict[str, float]:
     """Microseconds per flow of `tls_metadata` (median of ROUNDS), for each kind of handshake.
 
     Certificates are read once per DER (tls_cert's memo): `tls12_chain` is a server whose chain was seen
-    before (most connections), `tls12_chain_first_sight` one whose chain is new (the memo emptied first)."""
+    before (most connections), `tls12_chain_first_sight` one whose chain is new (the memo emptied first).
+    Fingerprints come from one FingerprintMemo per round, as FlowFacts keeps one for the flows it reads."""
     from appliance.detection.dpi import tls_cert
-    from appliance.detection.dpi.tls_meta import opens_handshake, tls_metadata
+    from appliance.detection.dpi.tls_fingerprint import FingerprintMemo
+    from appliance.detection.dpi.tls_meta import opens_handshake
+    from appliance.detection.facts import tls_metadata
 
     browser = _browser_flows(500)
     sets = {"corpus_hellos": [f for f in flows if f.samples and opens_handshake(f)], **browser,
@@ -183,11 +186,13 @@ def tls_costs(flows: list) -> dict[str, float]:
         times = []
         for _ in range(ROUNDS):
             elapsed = 0.0
+            memo = FingerprintMemo()
             for flow in items:
                 if cold:
                     tls_cert.forget_certificates()
+                    memo = FingerprintMemo()
                 start = time.perf_counter()
-                tls_metadata(flow)
+                tls_metadata(flow, memo)
                 elapsed += time.perf_counter() - start
             times.append(elapsed / max(len(items), 1) * 1e6)
         costs[kind] = statistics.median(times)

@@ -2,16 +2,24 @@
 
 The layers run one after another on the analysis thread, so a one-entry cache keyed on the flow
 object is enough to parse each payload once however many layers ask.
+
+The samples of a TCP flow are walked once in C (`native_dpi.sample_facts`: which may open an HTTP request
+or response, both directions' handshake bytes joined, their hellos read, the Facts and TLS metadata made);
+`facts_reference` is the same in Python, what the tests hold `FlowFacts.facts` to.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from appliance.detection.dpi.http_parse import HttpRequest, HttpResponse, parse_request, parse_response
-from appliance.detection.dpi.tls_meta import TlsMetadata, tls_metadata
+from appliance.detection.dpi.tls_fingerprint import FingerprintMemo
+from appliance.detection.dpi.tls_meta import (METADATA_MAKERS, TlsMetadata, read_chain, slot_maker,
+                                              tls_metadata_reference)
 from appliance.detection.dpi.tls_parse import ClientHello
 from appliance.model import FlowRecord, Transport
+from appliance.native import dpi as native_dpi
 
 _OUTBOUND = 1
 
@@ -26,11 +34,15 @@ class Facts:
     tls: TlsMetadata | None = None  # hellos and fingerprints (client_hello is tls.client_hello)
 
 
+_FACTS_MAKER = slot_maker(Facts)
+
+
 class FlowFacts:
     """`facts(flow)` parses the flow's samples on first use and returns the same object after."""
 
-    def __init__(self, tls_views: bool = True) -> None:
-        self._tls_views = tls_views  # put the REST view of the TLS metadata on the record (see _read_tls)
+    def __init__(self, tls_views: bool = True, fingerprints: FingerprintMemo | None = None) -> None:
+        self._tls_views = tls_views  # put the REST view of the TLS metadata on the record
+        self._reader = sample_reader(fingerprints if fingerprints is not None else FingerprintMemo())
         self._flow: FlowRecord | None = None
         self._facts = Facts()
         self.tls_handshakes = 0  # flows with a ClientHello or ServerHello read
@@ -41,38 +53,77 @@ class FlowFacts:
     def facts(self, flow: FlowRecord) -> Facts:
         if flow is self._flow:
             return self._facts
-        result = Facts()
+        found = None
         if flow.transport is Transport.TCP and flow.samples:
-            handshake = False
-            for pkt in flow.samples:
-                payload = pkt.payload
-                if payload[:1] == b"\x16":
-                    handshake = True
-                elif pkt.direction == _OUTBOUND:
-                    if payload[:1].isalpha():
-                        request = parse_request(payload)
-                        if request is not None:
-                            result.http_requests.append(request)
-                elif payload[:5] == b"HTTP/":
+            found = native_dpi.sample_facts(flow.samples, self._reader)
+        if found is None:
+            result = Facts()
+        else:
+            result, requests, responses, handshake, chain = found
+            if requests is not None:
+                for payload in requests:
+                    request = parse_request(payload)
+                    if request is not None:
+                        result.http_requests.append(request)
+            if responses is not None:
+                for payload in responses:
                     response = parse_response(payload)
                     if response is not None:
                         result.http_responses.append(response)
-            if handshake:
-                self._read_tls(flow, result)
+            meta = result.tls
+            if meta is not None:
+                if chain is not None:
+                    read_chain(meta, chain)
+                    self.tls_certificates_unreadable += meta.certificates_unreadable
+                self.tls_handshakes += 1
+                if not meta.complete:
+                    self.tls_incomplete += 1
+                if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
+                    flow.tls = meta.view()
+            elif handshake:  # a sample opened a handshake record, yet neither hello could be read
+                self.tls_unreadable += 1
         self._flow = flow
         self._facts = result
         return result
 
-    def _read_tls(self, flow: FlowRecord, result: Facts) -> None:
-        meta = tls_metadata(flow)
-        if meta is None:
-            self.tls_unreadable += 1
-            return
-        self.tls_handshakes += 1
-        if not meta.complete:
-            self.tls_incomplete += 1
-        self.tls_certificates_unreadable += meta.certificates_unreadable
-        result.tls = meta
-        if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
-            flow.tls = meta.view()
-        result.client_hello = meta.client_hello
+
+def sample_reader(memo: FingerprintMemo) -> tuple[Any, ...]:
+    """The second argument of `native_dpi.sample_facts`: how it makes the objects, and the fingerprint memos."""
+    return (*METADATA_MAKERS, _FACTS_MAKER, memo.ja4, memo.ja3, memo.ja4s)
+
+
+def tls_metadata(flow: FlowRecord, memo: FingerprintMemo | None = None) -> TlsMetadata | None:
+    """The handshake metadata of `flow` (read as FlowFacts reads it), or None when its samples hold neither hello."""
+    found = native_dpi.sample_facts(flow.samples, sample_reader(memo if memo is not None else FingerprintMemo()))
+    if found is None or found[0].tls is None:
+        return None
+    meta, chain = found[0].tls, found[4]
+    if chain is not None:
+        read_chain(meta, chain)
+    return meta
+
+
+def facts_reference(flow: FlowRecord) -> tuple[Facts, bool]:
+    """`FlowFacts.facts` in Python, one sample at a time: the facts, and whether a sample opened a
+    handshake record (FlowFacts counts such a flow as tls_unreadable when it holds no hello)."""
+    result = Facts()
+    handshake = False
+    if flow.transport is Transport.TCP and flow.samples:
+        for pkt in flow.samples:
+            payload = pkt.payload
+            if payload[:1] == b"\x16":
+                handshake = True
+            elif pkt.direction == _OUTBOUND:
+                if payload[:1].isalpha():
+                    request = parse_request(payload)
+                    if request is not None:
+                        result.http_requests.append(request)
+            elif payload[:5] == b"HTTP/":
+                response = parse_response(payload)
+                if response is not None:
+                    result.http_responses.append(response)
+        if handshake:
+            meta = tls_metadata_reference(flow)
+            if meta is not None:
+                result.tls, result.client_hello = meta, meta.client_hello
+    return result, handshake

@@ -19,6 +19,7 @@ _A = 1
 _AAAA = 28
 _CNAME = 5
 _MAX_TIMES = 64
+_bisect_right = bisect.bisect_right
 
 
 @dataclass(slots=True)
@@ -106,15 +107,16 @@ class ResolverCache:
 
     def lookup(self, agent_id: str, address: str, at_ns: int, window_s: float, slack_s: float = 2.0) -> Resolution | None:
         """The resolution of `address` by this agent valid at `at_ns` (seen before it, within window or TTL)."""
-        hit = self._by_ip.get(agent_id, {}).get(address)
+        by_ip = self._by_ip.get(agent_id)  # no empty dict made per call: the TLS detector asks for every flow
+        hit = by_ip.get(address) if by_ip is not None else None
         if hit is None:
             return None
         times = hit.times
-        i = bisect.bisect_right(times, at_ns + int(slack_s * 1e9))
+        i = _bisect_right(times, at_ns + int(slack_s * 1e9))
         if i == 0:
             return None
         age_s = (at_ns - times[i - 1]) / 1e9
-        return hit if age_s <= max(window_s, hit.ttl_s) else None
+        return hit if age_s <= window_s or age_s <= hit.ttl_s else None
 
     def name_resolved(self, agent_id: str, name: str, at_ns: int, window_s: float, slack_s: float = 2.0) -> bool:
         first = self._by_name.get(agent_id, {}).get(name)

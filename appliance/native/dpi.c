@@ -13,10 +13,22 @@
  *     The hello at the start of a direction's joined samples (tls_hello.h, the twin of tls_parse.py), its
  *     fields in the order of the dataclass, and the strings its fingerprints hash (tlsh_client_texts,
  *     tlsh_server_texts); None where parse_*_hello_reference gives None.
- * client_hello_texts(hello) -> (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)
- * server_hello_texts(hello) -> (ja4s head, ja4s extensions)
- *     The same strings from a ClientHello/ServerHello object (its integers must be 16-bit, its ALPN bytes).
- *
+ * sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata maker, Facts maker, JA4 memo,
+ *               JA3 memo, JA4S memo)) -> (facts, requests, responses, handshake, chain) | None
+ *     What FlowFacts.facts reads of a TCP flow's samples (packets: .payload bytes-like, .direction), in one
+ *     pass (the twin of facts.facts_reference's loop and tls_meta._joined). `requests`/`responses`: the
+ *     payloads that may open an HTTP request (outbound, first byte an ASCII letter) or response (not
+ *     outbound, "HTTP/"), lists or None, for the caller to parse into the facts' empty lists; `handshake`:
+ *     a sample opens a handshake record (first byte 0x16). Then each direction's samples joined from the
+ *     first that opens a record, its hello read as client_hello / server_hello do, and a TlsMetadata of the
+ *     two (None when neither was read) with the fingerprints that the memos give for the texts they hash
+ *     (JA4 memo["head|ciphers|extensions"], JA3 memo[ja3 string], JA4S memo["head|extensions"], see
+ *     tls_fingerprint.FingerprintMemo), all made by the SlotMakers given; `facts` holds it (tls,
+ *     client_hello). `chain`: where a ServerHello was read, the certificate chain
+ *     (tls_parse.certificate_chain), ([DER], complete), for the caller to read into the metadata; else None.
+ *     None when the flow has neither a handshake nor an HTTP candidate.
+ * SlotMaker(cls, names)
+ *     Makes objects of a slotted dataclass without its __init__ (sample_facts' hellos and metadata).
  * DomainWindow, AgentDns, DnsScanner, dga_scan
  *     The DNS detectors' per-message accounting (dns_windows.h, the twin of dpi/dns_reference.py and
  *     dpi/dga_signals_reference.py).
@@ -191,9 +203,14 @@ static PyObject *u16_tuple(tlsh_u16s list)
 /* version_name(): the _VERSIONS name or 0x%04x. */
 static PyObject *version_text(unsigned version)
 {
+    static PyObject *names[5];  /* SSLv3 .. TLSv1.3, made once: one of them names nearly every hello */
     const char *name = tlsh_version_name(version);
-    if (name != NULL)
-        return ascii_text(name, strlen(name));
+    if (name != NULL && version >= 0x0300 && version <= 0x0304) {
+        PyObject **made = &names[version - 0x0300];
+        if (*made == NULL)
+            *made = ascii_text(name, strlen(name));
+        return Py_XNewRef(*made);
+    }
     char hex[6] = {'0', 'x'};
     tlsh_hex4(hex + 2, version);
     return ascii_text(hex, 6);
@@ -227,11 +244,72 @@ static PyObject *bytes_of(tlsh_bytes b)
     return PyBytes_FromStringAndSize((const char *)b.p, (Py_ssize_t)b.n);
 }
 
+/* A tuple of `n` new references (stolen); NULL, with every reference released, when one of them is NULL
+ * (Py_BuildValue's "N" without parsing a format per call: these tuples are made for every TLS flow). */
+static PyObject *tuple_of(PyObject **items, Py_ssize_t n)
+{
+    PyObject *out = NULL;
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        failed |= items[i] == NULL;
+    if (!failed)
+        out = PyTuple_New(n);
+    if (out == NULL) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            Py_XDECREF(items[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        PyTuple_SET_ITEM(out, i, items[i]);
+    return out;
+}
+
+/* The memo keys of the last hellos read (JA4 texts, JA3 string, JA4S texts), kept: consecutive flows of the
+ * same software give the same texts, and the same str object finds its memo entry with its hash already
+ * computed and by identity (no SipHash, no compare). Three strings held for the module's life. */
+enum { KEY_JA4, KEY_JA3, KEY_JA4S, KEY_KINDS };
+static PyObject *last_keys[KEY_KINDS];
+
+/* The `n` texts joined with '|' as an ASCII str: the one kept for `kind` when it is the same text. */
+static PyObject *key_text(int kind, const char *const *parts, const size_t *lens, int n)
+{
+    size_t total = (size_t)(n - 1);
+    for (int i = 0; i < n; i++)
+        total += lens[i];
+    PyObject *kept = last_keys[kind];
+    if (kept != NULL && (size_t)PyUnicode_GET_LENGTH(kept) == total) {
+        const char *text = (const char *)PyUnicode_1BYTE_DATA(kept);
+        int same = 1;
+        for (int i = 0, at = 0; same && i < n; at += (int)lens[i], i++) {
+            if (i)
+                same = text[at++] == '|';
+            same = same && memcmp(text + at, parts[i], lens[i]) == 0;
+        }
+        if (same)
+            return Py_NewRef(kept);
+    }
+    PyObject *out = PyUnicode_New((Py_ssize_t)total, 127);
+    if (out == NULL)
+        return NULL;
+    char *text = (char *)PyUnicode_1BYTE_DATA(out);
+    for (int i = 0; i < n; i++) {
+        if (i)
+            *text++ = '|';
+        memcpy(text, parts[i], lens[i]);
+        text += lens[i];
+    }
+    Py_XSETREF(last_keys[kind], Py_NewRef(out));
+    return out;
+}
+
 /* Small texts and sorts on the stack; a hostile hello's 8 K-value lists on the heap. */
 #define TEXT_ON_STACK 4096
 #define SORT_ON_STACK 512
 
-static PyObject *client_texts_tuple(const tlsh_client_view *view)
+/* The client texts as a tuple of four str, or (`as_key`) as the keys of the fingerprint memos
+ * (tls_fingerprint.FingerprintMemo): (the three JA4 texts as one str, '|' between them (no text holds one),
+ * the JA3 string). */
+static PyObject *client_texts_object(const tlsh_client_view *view, int as_key)
 {
     char text_stack[TEXT_ON_STACK];
     uint16_t sort_stack[SORT_ON_STACK];
@@ -244,13 +322,19 @@ static PyObject *client_texts_tuple(const tlsh_client_view *view)
     } else {
         size_t lens[4];
         tlsh_client_texts(view, text, sort, lens);
-        out = PyTuple_New(4);
-        for (size_t i = 0, at = 0; out != NULL && i < 4; at += lens[i], i++) {
-            PyObject *item = ascii_text(text + at, lens[i]);
-            if (item == NULL)
-                Py_CLEAR(out);
-            else
-                PyTuple_SET_ITEM(out, (Py_ssize_t)i, item);
+        if (as_key) {
+            const char *parts[4] = {text, text + lens[0], text + lens[0] + lens[1], text + lens[0] + lens[1] + lens[2]};
+            PyObject *keys[2] = {key_text(KEY_JA4, parts, lens, 3), key_text(KEY_JA3, parts + 3, lens + 3, 1)};
+            out = tuple_of(keys, 2);
+        } else {
+            out = PyTuple_New(4);
+            for (size_t i = 0, at = 0; out != NULL && i < 4; at += lens[i], i++) {
+                PyObject *item = ascii_text(text + at, lens[i]);
+                if (item == NULL)
+                    Py_CLEAR(out);
+                else
+                    PyTuple_SET_ITEM(out, (Py_ssize_t)i, item);
+            }
         }
     }
     if (text != text_stack)
@@ -260,7 +344,8 @@ static PyObject *client_texts_tuple(const tlsh_client_view *view)
     return out;
 }
 
-static PyObject *server_texts_tuple(const tlsh_server_view *view)
+/* The server texts as a tuple of two str, or (`as_key`) as one str "head|extensions". */
+static PyObject *server_texts_object(const tlsh_server_view *view, int as_key)
 {
     char text_stack[TEXT_ON_STACK];
     size_t need = tlsh_server_text_bound(view);
@@ -269,14 +354,24 @@ static PyObject *server_texts_tuple(const tlsh_server_view *view)
         return PyErr_NoMemory();
     size_t lens[2];
     tlsh_server_texts(view, text, lens);
-    PyObject *out = Py_BuildValue("(s#s#)", text, (Py_ssize_t)lens[0], text + lens[0], (Py_ssize_t)lens[1]);
+    PyObject *out;
+    if (as_key) {
+        const char *parts[2] = {text, text + lens[0]};
+        out = key_text(KEY_JA4S, parts, lens, 2);
+    } else {
+        out = Py_BuildValue("(s#s#)", text, (Py_ssize_t)lens[0], text + lens[0], (Py_ssize_t)lens[1]);
+    }
     if (text != text_stack)
         PyMem_Free(text);
     return out;
 }
 
-/* The ClientHello dataclass's fields, in order. */
-static PyObject *client_fields(const tlsh_client_hello *h)
+#define CLIENT_FIELDS 12
+#define SERVER_FIELDS 6
+#define METADATA_FIELDS 8
+
+/* The ClientHello dataclass's fields, in order, as new references (NULL where one could not be made). */
+static void client_field_values(const tlsh_client_hello *h, PyObject **items)
 {
     unsigned max = tlsh_max_version(&h->view);
     PyObject *alpn = PyTuple_New((Py_ssize_t)h->alpn_n);
@@ -287,15 +382,164 @@ static PyObject *client_fields(const tlsh_client_hello *h)
         else
             PyTuple_SET_ITEM(alpn, (Py_ssize_t)i, name);
     }
-    if (alpn == NULL)
+    items[0] = version_text(tlsh_version_name(max) != NULL ? max : h->view.legacy_version);
+    items[1] = sni_text(h->sni);
+    items[2] = PyLong_FromUnsignedLong(h->view.legacy_version);
+    items[3] = u16_tuple(h->view.ciphers);
+    items[4] = u16_tuple(h->view.extensions);
+    items[5] = u16_tuple(h->view.versions);
+    items[6] = u16_tuple(h->view.sig_algs);
+    items[7] = u16_tuple(h->view.groups);
+    items[8] = u16_tuple(h->view.point_formats);
+    items[9] = alpn;
+    items[10] = PyBool_FromLong(h->has_sni_extension);
+    items[11] = PyBool_FromLong(h->complete);
+}
+
+/* The ServerHello dataclass's fields, in order, as new references (NULL where one could not be made). */
+static void server_field_values(const tlsh_server_hello *h, PyObject **items)
+{
+    items[0] = PyLong_FromUnsignedLong(h->view.legacy_version);
+    items[1] = PyLong_FromUnsignedLong(h->view.cipher);
+    items[2] = u16_tuple(h->view.extensions);
+    items[3] = PyLong_FromUnsignedLong(h->view.selected_version);
+    items[4] = bytes_of(h->view.alpn);
+    items[5] = PyBool_FromLong(h->complete);
+}
+
+static PyObject *client_fields(const tlsh_client_hello *h)
+{
+    PyObject *items[CLIENT_FIELDS];
+    client_field_values(h, items);
+    return tuple_of(items, CLIENT_FIELDS);
+}
+
+static PyObject *server_fields(const tlsh_server_hello *h)
+{
+    PyObject *items[SERVER_FIELDS];
+    server_field_values(h, items);
+    return tuple_of(items, SERVER_FIELDS);
+}
+
+/* -- SlotMaker: objects of a slotted dataclass made without its __init__ ------------------------------
+ * sample_facts makes a ClientHello, a TlsMetadata (and a ServerHello) for every TLS flow; their dataclass
+ * __init__ (a Python frame per object) cost as much as reading the hellos. SlotMaker(cls, names) finds, once,
+ * where the member descriptors of `names` (cls's own writable object slots) keep their values; making an
+ * object allocates it as object.__new__ does and stores each value where the __init__'s `self.name = value`
+ * would (tls_meta checks that the names are the dataclass's fields, in order, and that it has no
+ * __post_init__). The same reading side is dnsw_get (dns_windows.h). */
+#define SLOT_MAKER_MAX 16
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *cls;
+    Py_ssize_t n;
+    Py_ssize_t offsets[SLOT_MAKER_MAX];
+} SlotMakerObject;
+
+static PyTypeObject SlotMakerType;
+
+static PyObject *SlotMaker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *cls, *names;
+    if ((kwds != NULL && PyDict_GET_SIZE(kwds) > 0)
+        || !PyArg_ParseTuple(args, "O!O!:SlotMaker", &PyType_Type, &cls, &PyTuple_Type, &names))
+        return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "SlotMaker(cls, names) takes no keywords");
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (n < 1 || n > SLOT_MAKER_MAX)
+        return PyErr_Format(PyExc_ValueError, "SlotMaker: 1 to %d names, not %zd", SLOT_MAKER_MAX, n);
+    SlotMakerObject *self = (SlotMakerObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
         return NULL;
-    /* "N" steals each reference and releases the rest when one of them is NULL (Py_BuildValue's contract). */
-    return Py_BuildValue("(NNINNNNNNNNN)",
-                         version_text(tlsh_version_name(max) != NULL ? max : h->view.legacy_version),
-                         sni_text(h->sni), h->view.legacy_version, u16_tuple(h->view.ciphers),
-                         u16_tuple(h->view.extensions), u16_tuple(h->view.versions), u16_tuple(h->view.sig_algs),
-                         u16_tuple(h->view.groups), u16_tuple(h->view.point_formats), alpn,
-                         PyBool_FromLong(h->has_sni_extension), PyBool_FromLong(h->complete));
+    self->cls = (PyTypeObject *)Py_NewRef(cls);
+    self->n = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        PyObject *descr = PyUnicode_Check(name) ? PyObject_GetAttr(cls, name) : NULL;
+        Py_ssize_t offset = -1;
+        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) && PyDescr_TYPE(descr) == self->cls) {
+            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
+            if (member->type == T_OBJECT_EX && !(member->flags & READONLY) && member->offset > 0
+                && member->offset + (Py_ssize_t)sizeof(PyObject *) <= self->cls->tp_basicsize)
+                offset = member->offset;
+        }
+        Py_XDECREF(descr);
+        for (Py_ssize_t j = 0; offset >= 0 && j < i; j++)
+            offset = self->offsets[j] == offset ? -1 : offset;  /* each slot once */
+        if (offset < 0) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "SlotMaker: %R is no writable object slot of %R, or named twice", name, cls);
+            Py_DECREF(self);
+            return NULL;
+        }
+        self->offsets[i] = offset;
+    }
+    return (PyObject *)self;
+}
+
+/* An object of the maker's class with its slots set to items[0..n) (references stolen); NULL, every
+ * reference released, when one of them is NULL. */
+static PyObject *slot_make(SlotMakerObject *maker, PyObject **items)
+{
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < maker->n; i++)
+        failed |= items[i] == NULL;
+    PyObject *obj = failed ? NULL : maker->cls->tp_alloc(maker->cls, 0);  /* zeroed: every slot NULL */
+    if (obj == NULL) {
+        for (Py_ssize_t i = 0; i < maker->n; i++)
+            Py_XDECREF(items[i]);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < maker->n; i++)
+        *(PyObject **)((char *)obj + maker->offsets[i]) = items[i];
+    return obj;
+}
+
+/* maker(*values): what sample_facts makes, for the tests to compare with cls(*values). */
+static PyObject *SlotMaker_call(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    SlotMakerObject *maker = (SlotMakerObject *)self;
+    if ((kwds != NULL && PyDict_GET_SIZE(kwds) > 0) || PyTuple_GET_SIZE(args) != maker->n)
+        return PyErr_Format(PyExc_TypeError, "this SlotMaker takes %zd positional values", maker->n);
+    PyObject *items[SLOT_MAKER_MAX];
+    for (Py_ssize_t i = 0; i < maker->n; i++)
+        items[i] = Py_NewRef(PyTuple_GET_ITEM(args, i));
+    return slot_make(maker, items);
+}
+
+static void SlotMaker_dealloc(PyObject *self)
+{
+    Py_XDECREF(((SlotMakerObject *)self)->cls);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *SlotMaker_repr(PyObject *self)
+{
+    return PyUnicode_FromFormat("SlotMaker(%R, %zd slots)", (PyObject *)((SlotMakerObject *)self)->cls,
+                                ((SlotMakerObject *)self)->n);
+}
+
+static PyTypeObject SlotMakerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "appliance.native.dpi.SlotMaker",
+    .tp_basicsize = sizeof(SlotMakerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "SlotMaker(cls, names): makes objects of a slotted class with those slots set, without __init__.",
+    .tp_new = SlotMaker_new,
+    .tp_call = SlotMaker_call,
+    .tp_dealloc = SlotMaker_dealloc,
+    .tp_repr = SlotMaker_repr,
+};
+
+/* The maker at reader[i] if it is one of `n` slots, else NULL with TypeError. */
+static SlotMakerObject *reader_maker(PyObject *reader, Py_ssize_t i, Py_ssize_t n)
+{
+    PyObject *maker = PyTuple_GET_ITEM(reader, i);
+    if (!Py_IS_TYPE(maker, &SlotMakerType) || ((SlotMakerObject *)maker)->n != n) {
+        PyErr_Format(PyExc_TypeError, "sample_facts: reader[%zd] must be a SlotMaker of %zd slots", i, n);
+        return NULL;
+    }
+    return (SlotMakerObject *)maker;
 }
 
 static PyObject *client_hello(PyObject *module, PyObject *payload)
@@ -306,7 +550,8 @@ static PyObject *client_hello(PyObject *module, PyObject *payload)
     tlsh_scratch scratch;
     tlsh_client_hello hello;
     int found = tlsh_parse_client_hello(view.buf, (size_t)view.len, &scratch, &hello);
-    PyObject *out = found ? Py_BuildValue("(NN)", client_fields(&hello), client_texts_tuple(&hello.view)) : Py_NewRef(Py_None);
+    PyObject *out = found ? Py_BuildValue("(NN)", client_fields(&hello), client_texts_object(&hello.view, 0))
+                          : Py_NewRef(Py_None);
     PyBuffer_Release(&view);
     return out;
 }
@@ -322,9 +567,7 @@ static PyObject *server_hello(PyObject *module, PyObject *payload)
     PyBuffer_Release(&view);
     if (!found)
         Py_RETURN_NONE;
-    return Py_BuildValue("((IININO)N)", hello.view.legacy_version, hello.view.cipher, u16_tuple(hello.view.extensions),
-                         hello.view.selected_version, bytes_of(hello.view.alpn), hello.complete ? Py_True : Py_False,
-                         server_texts_tuple(&hello.view));
+    return Py_BuildValue("(NN)", server_fields(&hello), server_texts_object(&hello.view, 0));
 }
 
 /* The attribute names the *_texts functions read, interned once per module: PyObject_GetAttrString would make
@@ -447,7 +690,7 @@ static PyObject *client_hello_texts(PyObject *module, PyObject *hello)
         if (bytes_of_object(alpn, "alpn[0]", &view.alpn_first) < 0)
             goto done;
     }
-    out = client_texts_tuple(&view);
+    out = client_texts_object(&view, 0);
 done:
     Py_XDECREF(alpn);
     for (int i = 0; i < LISTS; i++)
@@ -469,14 +712,254 @@ static PyObject *server_hello_texts(PyObject *module, PyObject *hello)
     alpn = attribute(module, hello, A_ALPN);
     if (alpn == NULL || bytes_of_object(alpn, "alpn", &view.alpn) < 0)
         goto done;
-    out = server_texts_tuple(&view);
+    out = server_texts_object(&view, 0);
 done:
     Py_XDECREF(alpn);
     PyMem_Free(pool[0]);
     return out;
 }
 
+/* One direction's samples joined from the first that opens a handshake record (tls_meta._joined), as far
+ * as the hello and certificate readers look: their first TLSH_MAX_HANDSHAKE_BYTES. */
+typedef struct {
+    unsigned char bytes[TLSH_MAX_HANDSHAKE_BYTES];
+    size_t len;
+    int open;
+} sample_join;
+
+static void join_sample(sample_join *join, const unsigned char *payload, size_t n)
+{
+    if (!join->open) {
+        if (n == 0 || payload[0] != TLSH_HANDSHAKE)
+            return;
+        join->open = 1;
+    }
+    size_t room = TLSH_MAX_HANDSHAKE_BYTES - join->len, take = n < room ? n : room;
+    memcpy(join->bytes + join->len, payload, take);
+    join->len += take;
+}
+
+/* Packet.payload and Packet.direction, read where their slots are (dnsw_get; names set by dpi_exec). */
+static dnsw_attr sample_attr_payload, sample_attr_direction;
+
+/* Appends `item` to the list at *list, made on first use. */
+static int append_lazily(PyObject **list, PyObject *item)
+{
+    if (*list == NULL && (*list = PyList_New(0)) == NULL)
+        return -1;
+    return PyList_Append(*list, item);
+}
+
+/* A direction as the Python compares it (`direction == 1`, `== 2`): 1 (outbound), 2 (inbound), 0 for anything
+ * else, -1 with an exception when a comparison raised. An int is read; anything else is compared. */
+static int sample_direction(PyObject *value)
+{
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        long v = PyLong_AsLongAndOverflow(value, &overflow);
+        return overflow == 0 && (v == 1 || v == 2) ? (int)v : 0;
+    }
+    for (long d = 1; d <= 2; d++) {
+        PyObject *wanted = PyLong_FromLong(d);
+        int equal = wanted != NULL ? PyObject_RichCompareBool(value, wanted, Py_EQ) : -1;
+        Py_XDECREF(wanted);
+        if (equal != 0)
+            return equal < 0 ? -1 : (int)d;
+    }
+    return 0;
+}
+
+/* Walks the samples once: the HTTP candidates appended to the request and response lists (the payload objects
+ * themselves; a list made on first use), both directions joined, *handshake set when a sample opens a
+ * handshake record. */
+static int classify_samples(PyObject *samples, sample_join joins[2], int *handshake, PyObject **requests,
+                            PyObject **responses)
+{
+    PyObject *seq = PySequence_Fast(samples, "sample_facts() takes a sequence of packets");
+    if (seq == NULL)
+        return -1;
+    int status = 0;
+    /* The size is read again each turn and each packet held while read: a list changed under the loop (by an
+     * attribute getter of some other packet type) is walked as far as it goes, never past its end. */
+    for (Py_ssize_t i = 0; status == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *packet = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        PyObject *payload = dnsw_get(packet, &sample_attr_payload);
+        PyObject *direction_value = payload != NULL ? dnsw_get(packet, &sample_attr_direction) : NULL;
+        Py_buffer view;
+        int direction = direction_value != NULL ? sample_direction(direction_value) : -1;
+        if (direction < 0 || PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE) < 0) {
+            status = -1;
+        } else {
+            const unsigned char *p = view.buf;
+            size_t n = (size_t)view.len;
+            if (n > 0 && p[0] == TLSH_HANDSHAKE)
+                *handshake = 1;
+            else if (direction == 1 && n > 0 && ((p[0] | 0x20) >= 'a' && (p[0] | 0x20) <= 'z'))
+                status = append_lazily(requests, payload);  /* payload[:1].isalpha() */
+            else if (direction != 1 && n >= 5 && memcmp(p, "HTTP/", 5) == 0)
+                status = append_lazily(responses, payload);
+            if (direction != 0)
+                join_sample(&joins[direction - 1], p, n);
+            PyBuffer_Release(&view);
+        }
+        Py_XDECREF(direction_value);
+        Py_XDECREF(payload);
+        Py_DECREF(packet);
+    }
+    Py_DECREF(seq);
+    return status;
+}
+
+/* One direction's hello as Python objects: made by `maker` (a ClientHello or ServerHello) with the memo key of
+ * its fingerprint texts; both None when the joined bytes hold no hello. `server` picks the ServerHello reader;
+ * its handshake stream's certificate chain goes to *chain. */
+static int hello_objects(const sample_join *join, int server, SlotMakerObject *maker, tlsh_scratch *scratch,
+                         PyObject **hello, PyObject **key, PyObject **chain)
+{
+    *hello = Py_NewRef(Py_None);
+    *key = Py_NewRef(Py_None);
+    if (!join->open)
+        return 0;
+    PyObject *items[CLIENT_FIELDS], *made_key;
+    if (!server) {
+        tlsh_client_hello parsed;
+        if (!tlsh_parse_client_hello(join->bytes, join->len, scratch, &parsed))
+            return 0;
+        client_field_values(&parsed, items);
+        made_key = client_texts_object(&parsed.view, 1);
+    } else {
+        tlsh_server_hello parsed;
+        if (!tlsh_parse_server_hello(join->bytes, join->len, scratch, &parsed))
+            return 0;
+        server_field_values(&parsed, items);
+        made_key = server_texts_object(&parsed.view, 1);
+    }
+    PyObject *made = slot_make(maker, items);
+    if (made == NULL || made_key == NULL) {
+        Py_XDECREF(made);
+        Py_XDECREF(made_key);
+        return -1;
+    }
+    Py_SETREF(*hello, made);
+    Py_SETREF(*key, made_key);
+    if (!server)
+        return 0;
+    /* tls_metadata reads the chain where a ServerHello was read: same stream, read again (the hello's
+     * results pointed into it and are Python objects by now). */
+    tlsh_bytes certs[TLSH_MAX_CERTIFICATES];
+    int complete;
+    int n = tlsh_certificate_chain(scratch->stream, tlsh_handshake_stream(join->bytes, join->len, scratch), certs,
+                                   &complete);
+    if (n < 0)
+        return 0;
+    PyObject *ders = PyList_New(n);
+    for (int i = 0; ders != NULL && i < n; i++) {
+        PyObject *der = bytes_of(certs[i]);
+        if (der == NULL)
+            Py_CLEAR(ders);
+        else
+            PyList_SET_ITEM(ders, i, der);
+    }
+    if (ders == NULL)
+        return -1;
+    PyObject *parts[2] = {ders, PyBool_FromLong(complete)};
+    Py_SETREF(*chain, tuple_of(parts, 2));
+    return *chain != NULL ? 0 : -1;
+}
+
+/* memo[key] (a dict whose __missing__ computes and keeps the value), checked to be a str. */
+static PyObject *remembered(PyObject *memo, PyObject *key)
+{
+    PyObject *value = PyObject_GetItem(memo, key);
+    if (value != NULL && !PyUnicode_Check(value)) {
+        Py_DECREF(value);
+        PyErr_SetString(PyExc_TypeError, "a fingerprint memo gave no str");
+        return NULL;
+    }
+    return value;
+}
+
+#define FACTS_FIELDS 4
+#define READER_ITEMS 7  /* 4 makers, the JA4, JA3 and JA4S memos */
+
+/* TlsMetadata(client, server, ja4, ja4s, ja3) with the fingerprints from the memos (reader[4..6]); None when
+ * neither hello was read. `client_keys`: (JA4 key, JA3 string). Steals nothing. */
+static PyObject *metadata_object(PyObject *reader, SlotMakerObject *maker, PyObject *client, PyObject *client_keys,
+                                 PyObject *server, PyObject *server_key)
+{
+    if (client == Py_None && server == Py_None)
+        Py_RETURN_NONE;
+    PyObject *ja4 = NULL, *ja3 = NULL, *ja4s = NULL;
+    if (client != Py_None) {
+        ja4 = remembered(PyTuple_GET_ITEM(reader, 4), PyTuple_GET_ITEM(client_keys, 0));
+        ja3 = ja4 != NULL ? remembered(PyTuple_GET_ITEM(reader, 5), PyTuple_GET_ITEM(client_keys, 1)) : NULL;
+        if (ja3 == NULL) {
+            Py_XDECREF(ja4);
+            return NULL;
+        }
+    }
+    if (server != Py_None && (ja4s = remembered(PyTuple_GET_ITEM(reader, 6), server_key)) == NULL) {
+        Py_XDECREF(ja4);
+        Py_XDECREF(ja3);
+        return NULL;
+    }
+    /* client_hello, server_hello, ja4, ja4s, ja3, certificates, chain_complete, certificates_unreadable */
+    PyObject *items[METADATA_FIELDS] = {
+        Py_NewRef(client), Py_NewRef(server), ja4 != NULL ? ja4 : PyUnicode_New(0, 0),
+        ja4s != NULL ? ja4s : PyUnicode_New(0, 0), ja3 != NULL ? ja3 : PyUnicode_New(0, 0),
+        PyList_New(0), Py_NewRef(Py_True), PyLong_FromLong(0)};
+    return slot_make(maker, items);
+}
+
+/* sample_facts(samples, reader): see the top of this file. */
+static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != READER_ITEMS) {
+        PyErr_SetString(PyExc_TypeError, "sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata "
+                                         "maker, Facts maker, JA4 memo, JA3 memo, JA4S memo))");
+        return NULL;
+    }
+    PyObject *reader = args[1];
+    SlotMakerObject *makers[4] = {reader_maker(reader, 0, CLIENT_FIELDS), reader_maker(reader, 1, SERVER_FIELDS),
+                                  reader_maker(reader, 2, METADATA_FIELDS), reader_maker(reader, 3, FACTS_FIELDS)};
+    if (makers[0] == NULL || makers[1] == NULL || makers[2] == NULL || makers[3] == NULL)
+        return NULL;
+    sample_join joins[2];
+    joins[0].len = joins[1].len = 0;
+    joins[0].open = joins[1].open = 0;
+    int handshake = 0;
+    PyObject *requests = NULL, *responses = NULL;
+    if (classify_samples(args[0], joins, &handshake, &requests, &responses) < 0) {
+        Py_XDECREF(requests);
+        Py_XDECREF(responses);
+        return NULL;
+    }
+    if (!handshake && requests == NULL && responses == NULL)
+        Py_RETURN_NONE;
+    PyObject *meta = Py_NewRef(Py_None), *chain = Py_NewRef(Py_None);
+    if (handshake) {
+        tlsh_scratch scratch;
+        PyObject *hellos[4] = {NULL, NULL, NULL, NULL};
+        Py_CLEAR(meta);
+        if (hello_objects(&joins[0], 0, makers[0], &scratch, &hellos[0], &hellos[1], &chain) == 0
+            && hello_objects(&joins[1], 1, makers[1], &scratch, &hellos[2], &hellos[3], &chain) == 0)
+            meta = metadata_object(reader, makers[2], hellos[0], hellos[1], hellos[2], hellos[3]);
+        for (int i = 0; i < 4; i++)
+            Py_XDECREF(hellos[i]);
+    }
+    /* Facts(http_requests=[], http_responses=[], client_hello=meta.client_hello, tls=meta) */
+    PyObject *hello = meta == NULL || meta == Py_None ? Py_None : *(PyObject **)((char *)meta + makers[2]->offsets[0]);
+    PyObject *facts_items[FACTS_FIELDS] = {PyList_New(0), PyList_New(0), Py_NewRef(hello), meta};
+    PyObject *items[5] = {slot_make(makers[3], facts_items), requests != NULL ? requests : Py_NewRef(Py_None),
+                          responses != NULL ? responses : Py_NewRef(Py_None), PyBool_FromLong(handshake), chain};
+    return tuple_of(items, 5);
+}
+
 static PyMethodDef dpi_functions[] = {
+    {"sample_facts", (PyCFunction)(void (*)(void))sample_facts, METH_FASTCALL,
+     "sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata maker, Facts maker, JA4 memo, "
+     "JA3 memo, JA4S memo)) -> (Facts, requests, responses, handshake, chain | None) | None: a TCP flow's samples read "
+     "in one pass."},
     {"client_hello", client_hello, METH_O,
      "client_hello(payload) -> ((ClientHello fields), (ja4 head, ja4 ciphers, ja4 extensions, ja3 string)) | None."},
     {"server_hello", server_hello, METH_O,
@@ -505,6 +988,10 @@ static int dpi_exec(PyObject *module)
             return -1;
     }
     if (sfx_init(module) < 0)
+        return -1;
+    if (!dnsw_intern(&sample_attr_payload.name, "payload") || !dnsw_intern(&sample_attr_direction.name, "direction"))
+        return -1;
+    if (PyType_Ready(&SlotMakerType) < 0 || PyModule_AddObjectRef(module, "SlotMaker", (PyObject *)&SlotMakerType) < 0)
         return -1;
     return dnsw_init(module);
 }

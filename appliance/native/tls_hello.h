@@ -3,7 +3,8 @@
  * JA4, JA4S and JA3 hash, in C.
  *
  * The C twin of appliance/detection/dpi/tls_parse.py (parse_client_hello_reference,
- * parse_server_hello_reference) and tls_fingerprint.py (ja4_reference, ja4s_reference, ja3_string_reference):
+ * parse_server_hello_reference, certificate_chain) and tls_fingerprint.py (ja4_reference, ja4s_reference,
+ * ja3_string_reference):
  * the same records joined (handshake records, major version 3, at most TLSH_MAX_HANDSHAKE_BYTES of the
  * payload, a record longer than the bytes there is cut), the same bounded reads (a field announced past the
  * end stops the parse where Python's _Short does), the same quirks (a list of odd length reads its whole
@@ -37,6 +38,8 @@
 #define TLSH_EXT_SIG_ALGS 13
 #define TLSH_EXT_ALPN 16
 #define TLSH_EXT_VERSIONS 43
+#define TLSH_CERTIFICATE 11
+#define TLSH_MAX_CERTIFICATES 8 /* tls_parse.MAX_CERTIFICATES */
 /* A JA4 head after the transport letter: version (2), d/i (1), two counts (2 + 2), ALPN (2). */
 #define TLSH_JA4_HEAD 9
 /* A JA4S head after the transport letter: version (2), count (2), ALPN (2), '_', cipher (4). */
@@ -187,6 +190,50 @@ static int tlsh_handshake_message(const unsigned char *p, size_t n, int wanted, 
     body->pos = 0;
     *complete = have == length;
     return 1;
+}
+
+static size_t tlsh_be24(const unsigned char *p)
+{
+    return (size_t)p[0] << 16 | (size_t)p[1] << 8 | p[2];
+}
+
+/* certificate_chain on a handshake stream (tlsh_handshake_stream's output, at most 16 KB): the DER
+ * certificates of the first Certificate message, leaf first, at most TLSH_MAX_CERTIFICATES, pointing into
+ * `stream`. Returns their count and sets *complete (0 when the bytes end inside the message, as Python's
+ * _Short), or -1 when the stream holds no Certificate message. */
+static int tlsh_certificate_chain(const unsigned char *stream, size_t len, tlsh_bytes *certs, int *complete)
+{
+    size_t pos = 0;
+    while (pos + 4 <= len) {
+        size_t length = tlsh_be24(stream + pos + 1); /* < 16 M: pos + 4 + length cannot wrap */
+        if (stream[pos] != TLSH_CERTIFICATE) {
+            pos += 4 + length;
+            continue;
+        }
+        size_t at = pos + 4, end = at + length < len ? at + length : len;
+        int n = 0;
+        *complete = 0;
+        if (at + 3 > end)
+            return 0;
+        size_t total = tlsh_be24(stream + at);
+        at += 3;
+        end = at + total < end ? at + total : end;
+        while (end > at && n < TLSH_MAX_CERTIFICATES) {
+            if (at + 3 > end)
+                return n;
+            size_t der = tlsh_be24(stream + at);
+            at += 3;
+            if (at + der > end)
+                return n;
+            certs[n].p = stream + at;
+            certs[n].n = der;
+            n++;
+            at += der;
+        }
+        *complete = pos + 4 + length <= len;
+        return n;
+    }
+    return -1;
 }
 
 /* _alpn_names: at most TLSH_MAX_ALPN_NAMES names of an ALPN body, as far as they are whole. */

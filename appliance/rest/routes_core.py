@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict
 
 from appliance import __version__
 from appliance.agent_registry import AgentRegistry, AgentState
-from appliance.detection.dpi.tls_meta import opens_handshake, tls_metadata
+from appliance.detection.dpi.tls_meta import opens_handshake
+from appliance.detection.facts import tls_metadata
 from appliance.errors import NotFound
 from appliance.flows.finished import FinishedFlows
 from appliance.flows.record_codec import expanded

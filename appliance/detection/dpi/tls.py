@@ -14,7 +14,7 @@ from appliance.detection.dpi.tls_cert import AnomalyLimits, TrustAnchors, chain_
 from appliance.detection.dpi.tls_meta import TlsMetadata
 from appliance.detection.facts import Facts
 from appliance.detection.resolutions import ResolverCache, is_private
-from appliance.model import Category, Detection, FlowRecord, Severity, Transport
+from appliance.model import Category, Detection, FlowRecord, Severity, Transport, ip_str
 
 _NS = 1_000_000_000
 # Certificate findings that say the server is not who a public service would be; the rest are weaker hints.
@@ -31,25 +31,27 @@ class FingerprintPrevalence:
         self._max_fingerprints = max_fingerprints
         self._max_agents = max_agents_per_fingerprint
 
-    def observe(self, agent_id: str, fingerprint: str, now_ns: int) -> tuple[bool, int, float, int]:
-        """Records one handshake; returns (new to this agent, other agents with it, seconds watched, handshakes before)."""
+    def observe(self, agent_id: str, fingerprint: str, now_ns: int) -> tuple[int, float, int] | None:
+        """Records one handshake; returns None when this agent has shown the fingerprint before (most
+        handshakes: nothing to judge), else (other agents with it, seconds watched, handshakes before)."""
         watched = self._watched.get(agent_id)
         if watched is None:
             if len(self._watched) >= self._max_fingerprints:
                 del self._watched[next(iter(self._watched))]  # the agent watched longest ago starts over
             watched = self._watched[agent_id] = [now_ns, 0]
-        seen_s, handshakes = max(now_ns - watched[0], 0) / _NS, watched[1]
-        watched[1] += 1
+        handshakes = watched[1]
+        watched[1] = handshakes + 1
         agents = self._agents_of.get(fingerprint)
         if agents is None:
             if len(self._agents_of) >= self._max_fingerprints:
                 del self._agents_of[next(iter(self._agents_of))]  # the oldest fingerprint learned is forgotten first
             agents = self._agents_of[fingerprint] = set()
-        new = agent_id not in agents
-        others = len(agents) - (0 if new else 1)
-        if new and len(agents) < self._max_agents:  # past the cap it is common anyway
+        elif agent_id in agents:
+            return None
+        others = len(agents)
+        if others < self._max_agents:  # past the cap it is common anyway
             agents.add(agent_id)
-        return new, others, seen_s, handshakes
+        return others, max(now_ns - watched[0], 0) / _NS, handshakes
 
 
 class TlsAnalyzer:
@@ -63,27 +65,34 @@ class TlsAnalyzer:
         self.prevalence = FingerprintPrevalence()
 
     def analyze(self, flow: FlowRecord, facts: Facts, config: AnalysisConfig) -> list[Detection]:
-        c = config.tls
-        hello = facts.client_hello
-        tls = facts.tls
         if flow.transport is not Transport.TCP or flow.packets_out == 0:
             return []
-        if tls is None and flow.remote_port not in c.ports:
-            return []
-        rarity = self.prevalence.observe(flow.agent_id, tls.ja4, flow.first_ns) if tls is not None and tls.ja4 else None
-        address = flow.remote_addr
-        if c.ignore_private and is_private(address):
-            return []
+        c = config.tls
+        tls = facts.tls
+        rare = False
+        if tls is None:
+            if flow.remote_port not in c.ports:
+                return []
+        elif tls.ja4:
+            rarity = self.prevalence.observe(flow.agent_id, tls.ja4, flow.first_ns)
+            if rarity is not None:
+                others, watched_s, handshakes = rarity
+                rare = (others <= c.rare_max_fleet_agents and watched_s >= c.rare_learning_s
+                        and handshakes >= c.rare_min_handshakes)
+        address = ip_str(flow.remote_ip)  # flow.remote_addr without the property's Python frame (every TCP flow)
+        hello = facts.client_hello
         sni = hello.sni if hello is not None else ""
         resolution = self._resolver.lookup(flow.agent_id, address, flow.first_ns, c.resolution_window_s)
-        # Decide first: most flows raise nothing, and the evidence below costs more than the tests.
+        # Decide first: most flows raise nothing, and the evidence below costs more than the tests. Most are
+        # resolved, their SNI among the names (or none), not rare, no chain in clear: nothing to raise whether
+        # the address is private or not, so that test waits.
+        if resolution is not None and not rare and (tls is None or not tls.certificates) and (
+                not sni or sni in resolution.names):
+            return []
+        if c.ignore_private and is_private(address):
+            return []
         mismatch = resolution is not None and bool(sni) and sni not in resolution.names and self._unbacked(
             flow, sni, resolution.names, c.resolution_window_s)
-        rare = False
-        if rarity is not None:
-            new, others, watched_s, handshakes = rarity
-            rare = (new and others <= c.rare_max_fleet_agents and watched_s >= c.rare_learning_s
-                    and handshakes >= c.rare_min_handshakes)
         if not (resolution is None or mismatch or rare or (tls is not None and tls.certificates)):
             return []
         version = hello.version if hello is not None else ""

@@ -5,13 +5,15 @@ randomisation in browsers does not change it); JA3 is kept for compatibility wit
 intelligence. GREASE values (RFC 8701) are ignored everywhere.
 
 The strings the fingerprints hash are built in C (appliance/native/tls_hello.h), in the same call that reads
-the hello for `read_client_hello`/`read_server_hello`; hashing stays with hashlib. `ja4_reference`,
-`ja4s_reference` and `ja3_string_reference` are the Python the C equals (tests/appliance/native/test_tls_hello.py).
+the hello for `read_client_hello`/`read_server_hello`; hashing stays with hashlib, behind `FingerprintMemo` on
+the analysis path. `ja4_reference`, `ja4s_reference` and `ja3_string_reference` are the Python the C equals
+(tests/appliance/native/test_tls_hello.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+from typing import Any, Callable
 
 from appliance.detection.dpi.tls_parse import EXT_ALPN, EXT_SNI, ClientHello, ServerHello, is_grease
 from appliance.native import dpi as native_dpi
@@ -100,6 +102,54 @@ def read_server_hello(payload: bytes, transport: str = "t") -> tuple[ServerHello
     return ServerHello(*fields), _ja4s_of(texts, transport)
 
 
+class _Remembered(dict[str, Any]):
+    """A dict that computes a missing key's value with `compute` and keeps it while it holds fewer than
+    `entries` keys of at most `max_key` characters (a longer key is computed each time, never kept); a full
+    one starts over. A hit is a plain dict lookup (no Python call): it is made for every TLS flow."""
+
+    def __init__(self, compute: Callable[[str], Any], entries: int, max_key: int) -> None:
+        super().__init__()
+        self._compute = compute
+        self._entries = entries
+        self._max_key = max_key
+
+    def __missing__(self, key: str) -> Any:
+        value = self._compute(key)
+        if len(key) <= self._max_key:
+            if len(self) >= self._entries:
+                self.clear()
+            self[key] = value
+        return value
+
+
+def _ja4_print(key: str) -> str:
+    head, ciphers, extensions = key.split("|")
+    return _ja4_of((head, ciphers, extensions, ""), "t")
+
+
+def _ja4s_print(key: str) -> str:
+    head, extensions = key.split("|")
+    return _ja4s_of((head, extensions), "t")
+
+
+class FingerprintMemo:
+    """JA4 (`ja4[key]`), JA3 (`ja3[ja3 string]`) and JA4S (`ja4s[key]`), transport "t", from the texts they
+    hash as `native_dpi.sample_facts` gives them ("head|ciphers|extensions", "head|extensions": "|" between
+    the texts), remembered.
+
+    Hashing (three SHA-256 and an MD5 per TLS flow) cost more than reading the hellos, and the texts repeat
+    flow after flow: JA4's and JA4S's are a function of the client software and of the server's configuration,
+    not of the connection (random, session id, SNI, GREASE values and extension order are not in them). JA3's
+    string keeps the extensions in wire order: stable for most software, new on every hello of a browser that
+    permutes them (Chrome), so it has its own memo. Keys are attacker-chosen: plain dicts (str hashing is
+    keyed SipHash), at most `entries` keys each of at most `max_key` characters; a full one starts over."""
+
+    def __init__(self, entries: int = 1024, max_key: int = 2048) -> None:
+        self.ja4: dict[str, str] = _Remembered(_ja4_print, entries, max_key)
+        self.ja3: dict[str, str] = _Remembered(_ja3_of, entries, max_key)
+        self.ja4s: dict[str, str] = _Remembered(_ja4s_print, entries, max_key)
+
+
 def ja4_reference(hello: ClientHello, transport: str = "t") -> str:
     """`ja4` in Python: what the C must give (used by the tests)."""
     ciphers = [c for c in hello.ciphers if not is_grease(c)]
@@ -125,6 +175,11 @@ def ja4s_reference(hello: ServerHello, transport: str = "t") -> str:
     prefix = f"{transport}{version}{_count(len(extensions))}{alpn_code(hello.alpn)}"
     extension_hash = _sha12(_hex_list(extensions)) if extensions else _EMPTY
     return f"{prefix}_{hello.cipher:04x}_{extension_hash}"
+
+
+def ja3_reference(hello: ClientHello) -> str:
+    """`ja3` in Python: what the C path must give (used by the tests)."""
+    return _ja3_of(ja3_string_reference(hello))
 
 
 def ja3_string_reference(hello: ClientHello) -> str:

@@ -3,17 +3,25 @@
 Samples are the first payload-bearing packets of the flow, in order. A hello larger than one TCP
 segment (Chrome's, with post-quantum key shares, is about 1.8 KB) spans several samples of the same
 direction, so each direction's samples are joined from the first one that opens a handshake record.
+
+The samples are walked, joined and read in one C call (`native_dpi.sample_facts`, called by
+appliance/detection/facts.py, which also takes its HTTP candidates from it) that makes the metadata with the
+SlotMakers below, the fingerprints from a FingerprintMemo. `tls_metadata_reference` is the same in Python
+(the reference parsers and hashlib, nothing remembered), what the tests hold the C path to.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.detection.dpi.tls_cert import CertificateInfo, read_certificate
-from appliance.detection.dpi.tls_fingerprint import read_client_hello, read_server_hello
-from appliance.detection.dpi.tls_parse import MAX_HANDSHAKE_BYTES, ClientHello, ServerHello, certificate_chain, version_name
+from appliance.detection.dpi.tls_fingerprint import ja3_reference, ja4_reference, ja4s_reference
+from appliance.detection.dpi.tls_parse import (MAX_HANDSHAKE_BYTES, ClientHello, ServerHello, certificate_chain,
+                                               parse_client_hello_reference, parse_server_hello_reference, version_name)
 from appliance.model import FlowRecord, Packet
+from appliance.native import dpi as native_dpi
 
 _OUTBOUND, _INBOUND = 1, 2
 
@@ -44,7 +52,8 @@ class TlsMetadata:
 
     @property
     def complete(self) -> bool:
-        return self.chain_complete and all(h.complete for h in (self.client_hello, self.server_hello) if h is not None)
+        client, server = self.client_hello, self.server_hello
+        return self.chain_complete and (client is None or client.complete) and (server is None or server.complete)
 
     def view(self) -> dict[str, Any]:
         """The REST flow view's `tls` object."""
@@ -81,25 +90,42 @@ def opens_handshake(flow: FlowRecord) -> bool:
     return any(p.payload[:1] == b"\x16" for p in flow.samples)
 
 
-def tls_metadata(flow: FlowRecord) -> TlsMetadata | None:
-    """The handshake metadata of `flow`, or None when its samples hold neither hello."""
-    client = read_client_hello(_joined(flow.samples, _OUTBOUND))
+def slot_maker(cls: type) -> Any:
+    """A `native_dpi.SlotMaker` of a slotted dataclass whose __init__ only assigns its fields (no
+    __post_init__): what sample_facts makes with it equals cls(*values)."""
+    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or "__slots__" not in vars(cls):
+        raise TypeError(f"{cls.__name__}: sample_facts makes only slotted dataclasses without __post_init__")
+    return native_dpi.SlotMaker(cls, tuple(f.name for f in dataclasses.fields(cls)))
+
+
+# How `native_dpi.sample_facts` makes the hellos and the metadata (constants of the classes; facts.py adds Facts).
+METADATA_MAKERS = (slot_maker(ClientHello), slot_maker(ServerHello), slot_maker(TlsMetadata))
+
+
+def read_chain(meta: TlsMetadata, chain: tuple[list[bytes], bool]) -> None:
+    """The server's certificates (DER, leaf first, as `sample_facts` cut them out) read into `meta`."""
+    ders, meta.chain_complete = chain
+    for der in ders:
+        info = read_certificate(der)
+        if info is None:
+            meta.certificates_unreadable += 1
+        else:
+            meta.certificates.append(info)
+
+
+def tls_metadata_reference(flow: FlowRecord) -> TlsMetadata | None:
+    """`facts.tls_metadata` in Python (reference parsers, hashlib each time): what the C path must give."""
+    client = parse_client_hello_reference(_joined(flow.samples, _OUTBOUND))
     inbound = _joined(flow.samples, _INBOUND)
-    server = read_server_hello(inbound)
+    server = parse_server_hello_reference(inbound)
     if client is None and server is None:
         return None
-    meta = TlsMetadata(None, None)
+    meta = TlsMetadata(client, server)
     if client is not None:
-        meta.client_hello, meta.ja4, meta.ja3 = client
+        meta.ja4, meta.ja3 = ja4_reference(client), ja3_reference(client)
     if server is not None:
-        meta.server_hello, meta.ja4s = server
+        meta.ja4s = ja4s_reference(server)
         chain = certificate_chain(inbound)
         if chain is not None:
-            ders, meta.chain_complete = chain
-            for der in ders:
-                info = read_certificate(der)
-                if info is None:
-                    meta.certificates_unreadable += 1
-                else:
-                    meta.certificates.append(info)
+            read_chain(meta, chain)
     return meta

@@ -122,3 +122,47 @@ def test_a_hello_announcing_16_mb_reads_at_most_16_kb():
     huge = b"\x16\x03\x01\x40\x00\x01\xff\xff\xff\x03\x03" + bytes(70_000)
     hello = parse_client_hello(huge)
     assert hello is not None and not hello.complete
+
+
+def _flow(payload: bytes):  # noqa: ANN202
+    from appliance.model import FlowRecord, Packet, Transport
+
+    flow = FlowRecord("f", "agent", 6, Transport.TCP, 1, 40000, 2, 443, 0, 1)
+    flow.samples = [Packet(0, 1, 6, Transport.TCP, 1, 2, 40000, 443, len(payload) + 52, payload)]
+    return flow
+
+
+def test_the_fingerprint_memo_gives_the_published_fingerprints_and_hashes_each_text_once(monkeypatch):
+    from appliance.detection.dpi import tls_fingerprint
+    from appliance.detection.facts import tls_metadata
+
+    hashed: list[str] = []
+    sha12 = tls_fingerprint._sha12
+    monkeypatch.setattr(tls_fingerprint, "_sha12", lambda text: (hashed.append(text), sha12(text))[1])
+    memo = tls_fingerprint.FingerprintMemo()
+    rng = random.Random(3)
+    for n in range(20):  # the same software, new GREASE values, extension order and SNI each time: one JA4
+        extensions = list(CHROME_EXTENSIONS)
+        rng.shuffle(extensions)
+        meta = tls_metadata(_flow(tr.client_hello(
+            [rng.choice([0x0A0A, 0x1A1A])] + CHROME_CIPHERS, [0x5A5A] + extensions, sni=f"host{n}.example.com",
+            alpn=[b"h2", b"http/1.1"], sig_algs=CHROME_SIG_ALGS, versions=[0x3A3A, 0x0304, 0x0303],
+            groups=[0x2A2A, 0x001D, 0x0017, 0x0018], point_formats=[0])), memo)
+        assert meta is not None and meta.ja4 == "t13d1516h2_8daaf6152771_e5627efa2ab1" and meta.sni == f"host{n}.example.com"
+    assert len(hashed) == 2  # ciphers and extensions of the first hello; the 19 after were remembered
+    assert len(memo.ja4) == 1 and len(memo.ja3) == 20  # JA3 keeps Chrome's permuted extension order: new each time
+
+
+def test_the_fingerprint_memo_is_bounded_and_keeps_no_long_key():
+    from appliance.detection.dpi.tls_fingerprint import FingerprintMemo, _ja3_of, _ja4_of, _ja4s_of
+
+    memo = FingerprintMemo(entries=4, max_key=60)
+    for n in range(10):
+        key, ja3_text = f"12d02{n:02d}00|1301,c02f|", f"771,4865-49199,0,,{n}"
+        assert memo.ja4[key] == _ja4_of(("12d02%02d00" % n, "1301,c02f", "", ""), "t")
+        assert memo.ja3[ja3_text] == _ja3_of(ja3_text)
+        assert len(memo.ja4) <= 4 and len(memo.ja3) <= 4  # full: starts over
+    long_key = "13d0000h2|" + ",".join(["1301"] * 40) + "|"
+    assert memo.ja4[long_key].startswith("t13d0000h2_") and long_key not in memo.ja4
+    assert memo.ja4s["1200_c030|ff01,000b"] == _ja4s_of(("1200_c030", "ff01,000b"), "t")
+    assert "1200_c030|ff01,000b" in memo.ja4s

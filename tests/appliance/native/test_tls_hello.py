@@ -19,6 +19,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from appliance.detection.dpi import tls_meta
+from appliance.detection.facts import tls_metadata
 from appliance.detection.dpi.tls_fingerprint import (ja3, ja3_string, ja3_string_reference, ja4, ja4_reference, ja4s,
                                                      ja4s_reference, read_client_hello, read_server_hello)
 from appliance.detection.dpi.tls_parse import (MAX_HANDSHAKE_BYTES, ClientHello, ServerHello, parse_client_hello,
@@ -161,18 +162,18 @@ def test_the_detectors_read_hellos_in_c(real_hellos: dict[str, bytes], monkeypat
     def spy(name: str) -> Any:
         real = getattr(dpi, name)
 
-        def called(payload: bytes) -> Any:
+        def called(*args: Any) -> Any:
             calls.append(name)
-            return real(payload)
+            return real(*args)
         return called
 
-    for name in ("client_hello", "server_hello"):
+    for name in ("sample_facts", "client_hello", "server_hello"):
         monkeypatch.setattr(dpi, name, spy(name))
     flow = FlowRecord("f", "agent", 6, Transport.TCP, 1, 40000, 2, 443, 0, 1)
     flow.samples = [Packet(0, direction, 6, Transport.TCP, 1, 2, 40000, 443, len(payload) + 52, payload)
                     for direction, payload in ((1, real_hellos["chrome"]), (2, real_hellos["server13"]))]
-    meta = tls_meta.tls_metadata(flow)
-    assert calls == ["client_hello", "server_hello"]
+    meta = tls_metadata(flow)
+    assert calls == ["sample_facts"]  # both directions joined and both hellos read in the one C call
     assert meta is not None and meta.client_hello is not None and meta.server_hello is not None
     assert (meta.sni, meta.alpn, meta.client_hello.version, meta.server_hello.version) == ("www.example.com", "h2", "TLSv1.3", 0x0304)
     assert meta.ja4 == ja4_reference(meta.client_hello) and meta.ja4s == ja4s_reference(meta.server_hello)
