@@ -15,6 +15,7 @@ from dataclasses import replace
 from appliance.errors import ApplianceError
 from appliance.generated import flow_record_pb2 as pb
 from appliance.model import DnsAnswer, DnsMessage, FlowRecord, IcmpInfo, Packet, Transport
+from appliance.native import slot_maker
 from appliance.native.fastpath import SlotMaker, WireFlow, decode_dns_batch, decode_records, encode_dns_batch
 
 VERSION = 1
@@ -33,30 +34,10 @@ _TRANSPORTS = {1: Transport.ICMP, 6: Transport.TCP, 17: Transport.UDP}
 TRANSPORT_OF_PROTOCOL = tuple(_TRANSPORTS.get(p, Transport.OTHER) for p in range(256))
 
 
-def slot_maker(cls: type, given: int | None = None) -> SlotMaker:
-    """A maker of `cls` from its first `given` fields (all by default), the rest at their plain defaults.
-
-    What the decoders call per record, DNS message and sample instead of the class: the dataclass's own
-    __init__ stored the fields one Python attribute at a time, most of the decoder's cost. The maker stores
-    them in the slots directly, which is all that __init__ does for these classes; that is asserted here,
-    and the C checks the slots (appliance/native/slot_maker.h).
-    """
-    params = getattr(cls, "__dataclass_params__", None)
-    if params is None or not params.init or "__slots__" not in cls.__dict__:
-        raise TypeError(f"{cls.__name__} is not a dataclass with slots and a generated __init__")
-    if cls.__init__.__code__.co_filename != "<string>":  # dataclasses exec()s the __init__ it generates
-        raise TypeError(f"{cls.__name__} has an __init__ of its own")
-    fields = dataclasses.fields(cls)
-    given = len(fields) if given is None else given
-    defaults = tuple(f.default for f in fields[given:])
-    if any(d is dataclasses.MISSING for d in defaults):
-        raise TypeError(f"{cls.__name__}: the fields past {given} need plain defaults (no default_factory)")
-    return SlotMaker(cls, tuple(f.name for f in fields), defaults)
-
-
-# The decoders' makers: a FlowRecord from its fields up to `samples` (tls and kept_wire at their defaults).
-_MAKE_RECORD = slot_maker(FlowRecord, [f.name for f in dataclasses.fields(FlowRecord)].index("samples") + 1)
-_MAKE_PACKET, _MAKE_DNS, _MAKE_ANSWER, _MAKE_ICMP = (slot_maker(c) for c in (Packet, DnsMessage, DnsAnswer, IcmpInfo))
+# The decoders' makers (native.slot_maker): what decode_records calls instead of the dataclasses, whose generated
+# __init__ was most of its cost. A FlowRecord from its fields up to `samples` (tls and kept_wire at their defaults).
+_MAKE_RECORD = slot_maker(SlotMaker, FlowRecord, [f.name for f in dataclasses.fields(FlowRecord)].index("samples") + 1)
+_MAKE_PACKET, _MAKE_DNS, _MAKE_ANSWER, _MAKE_ICMP = (slot_maker(SlotMaker, c) for c in (Packet, DnsMessage, DnsAnswer, IcmpInfo))
 
 
 class RecordError(ApplianceError):

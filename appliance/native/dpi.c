@@ -27,8 +27,9 @@
  *     client_hello). `chain`: where a ServerHello was read, the certificate chain
  *     (tls_parse.certificate_chain), ([DER], complete), for the caller to read into the metadata; else None.
  *     None when the flow has neither a handshake nor an HTTP candidate.
- * SlotMaker(cls, names)
- *     Makes objects of a slotted dataclass without its __init__ (sample_facts' hellos and metadata).
+ * SlotMaker(cls, names[, defaults])
+ *     Makes objects of a slotted dataclass without its __init__ (sample_facts' hellos and metadata;
+ *     slot_maker.h, the decoder's own in fastpath.c).
  * DomainWindow, AgentDns, DnsScanner, dga_scan
  *     The DNS detectors' per-message accounting (dns_windows.h, the twin of dpi/dns_reference.py and
  *     dpi/dga_signals_reference.py).
@@ -44,6 +45,10 @@
 #include <stdlib.h>
 
 #include "tls_hello.h"
+#include <structmember.h>
+
+#define SLOT_MAKER_TYPE_NAME "appliance.native.dpi.SlotMaker"
+#include "slot_maker.h"
 
 /* Counts of one-byte symbols: a table, no sorting. */
 static double entropy_of_bytes(const unsigned char *data, Py_ssize_t n)
@@ -421,125 +426,15 @@ static PyObject *server_fields(const tlsh_server_hello *h)
     return tuple_of(items, SERVER_FIELDS);
 }
 
-/* -- SlotMaker: objects of a slotted dataclass made without its __init__ ------------------------------
- * sample_facts makes a ClientHello, a TlsMetadata (and a ServerHello) for every TLS flow; their dataclass
- * __init__ (a Python frame per object) cost as much as reading the hellos. SlotMaker(cls, names) finds, once,
- * where the member descriptors of `names` (cls's own writable object slots) keep their values; making an
- * object allocates it as object.__new__ does and stores each value where the __init__'s `self.name = value`
- * would (tls_meta checks that the names are the dataclass's fields, in order, and that it has no
- * __post_init__). The same reading side is dnsw_get (dns_windows.h). */
-#define SLOT_MAKER_MAX 16
-
-typedef struct {
-    PyObject_HEAD
-    PyTypeObject *cls;
-    Py_ssize_t n;
-    Py_ssize_t offsets[SLOT_MAKER_MAX];
-} SlotMakerObject;
-
-static PyTypeObject SlotMakerType;
-
-static PyObject *SlotMaker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
-{
-    PyObject *cls, *names;
-    if ((kwds != NULL && PyDict_GET_SIZE(kwds) > 0)
-        || !PyArg_ParseTuple(args, "O!O!:SlotMaker", &PyType_Type, &cls, &PyTuple_Type, &names))
-        return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_TypeError, "SlotMaker(cls, names) takes no keywords");
-    Py_ssize_t n = PyTuple_GET_SIZE(names);
-    if (n < 1 || n > SLOT_MAKER_MAX)
-        return PyErr_Format(PyExc_ValueError, "SlotMaker: 1 to %d names, not %zd", SLOT_MAKER_MAX, n);
-    SlotMakerObject *self = (SlotMakerObject *)type->tp_alloc(type, 0);
-    if (self == NULL)
-        return NULL;
-    self->cls = (PyTypeObject *)Py_NewRef(cls);
-    self->n = n;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *name = PyTuple_GET_ITEM(names, i);
-        PyObject *descr = PyUnicode_Check(name) ? PyObject_GetAttr(cls, name) : NULL;
-        Py_ssize_t offset = -1;
-        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type) && PyDescr_TYPE(descr) == self->cls) {
-            PyMemberDef *member = ((PyMemberDescrObject *)descr)->d_member;
-            if (member->type == T_OBJECT_EX && !(member->flags & READONLY) && member->offset > 0
-                && member->offset + (Py_ssize_t)sizeof(PyObject *) <= self->cls->tp_basicsize)
-                offset = member->offset;
-        }
-        Py_XDECREF(descr);
-        for (Py_ssize_t j = 0; offset >= 0 && j < i; j++)
-            offset = self->offsets[j] == offset ? -1 : offset;  /* each slot once */
-        if (offset < 0) {
-            PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "SlotMaker: %R is no writable object slot of %R, or named twice", name, cls);
-            Py_DECREF(self);
-            return NULL;
-        }
-        self->offsets[i] = offset;
-    }
-    return (PyObject *)self;
-}
-
-/* An object of the maker's class with its slots set to items[0..n) (references stolen); NULL, every
- * reference released, when one of them is NULL. */
-static PyObject *slot_make(SlotMakerObject *maker, PyObject **items)
-{
-    int failed = 0;
-    for (Py_ssize_t i = 0; i < maker->n; i++)
-        failed |= items[i] == NULL;
-    PyObject *obj = failed ? NULL : maker->cls->tp_alloc(maker->cls, 0);  /* zeroed: every slot NULL */
-    if (obj == NULL) {
-        for (Py_ssize_t i = 0; i < maker->n; i++)
-            Py_XDECREF(items[i]);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < maker->n; i++)
-        *(PyObject **)((char *)obj + maker->offsets[i]) = items[i];
-    return obj;
-}
-
-/* maker(*values): what sample_facts makes, for the tests to compare with cls(*values). */
-static PyObject *SlotMaker_call(PyObject *self, PyObject *args, PyObject *kwds)
-{
-    SlotMakerObject *maker = (SlotMakerObject *)self;
-    if ((kwds != NULL && PyDict_GET_SIZE(kwds) > 0) || PyTuple_GET_SIZE(args) != maker->n)
-        return PyErr_Format(PyExc_TypeError, "this SlotMaker takes %zd positional values", maker->n);
-    PyObject *items[SLOT_MAKER_MAX];
-    for (Py_ssize_t i = 0; i < maker->n; i++)
-        items[i] = Py_NewRef(PyTuple_GET_ITEM(args, i));
-    return slot_make(maker, items);
-}
-
-static void SlotMaker_dealloc(PyObject *self)
-{
-    Py_XDECREF(((SlotMakerObject *)self)->cls);
-    Py_TYPE(self)->tp_free(self);
-}
-
-static PyObject *SlotMaker_repr(PyObject *self)
-{
-    return PyUnicode_FromFormat("SlotMaker(%R, %zd slots)", (PyObject *)((SlotMakerObject *)self)->cls,
-                                ((SlotMakerObject *)self)->n);
-}
-
-static PyTypeObject SlotMakerType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "appliance.native.dpi.SlotMaker",
-    .tp_basicsize = sizeof(SlotMakerObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "SlotMaker(cls, names): makes objects of a slotted class with those slots set, without __init__.",
-    .tp_new = SlotMaker_new,
-    .tp_call = SlotMaker_call,
-    .tp_dealloc = SlotMaker_dealloc,
-    .tp_repr = SlotMaker_repr,
-};
-
 /* The maker at reader[i] if it is one of `n` slots, else NULL with TypeError. */
-static SlotMakerObject *reader_maker(PyObject *reader, Py_ssize_t i, Py_ssize_t n)
+static SlotMaker *reader_maker(PyObject *reader, Py_ssize_t i, Py_ssize_t n)
 {
     PyObject *maker = PyTuple_GET_ITEM(reader, i);
-    if (!Py_IS_TYPE(maker, &SlotMakerType) || ((SlotMakerObject *)maker)->n != n) {
+    if (!Py_IS_TYPE(maker, &SlotMakerType) || ((SlotMaker *)maker)->nargs != n) {
         PyErr_Format(PyExc_TypeError, "sample_facts: reader[%zd] must be a SlotMaker of %zd slots", i, n);
         return NULL;
     }
-    return (SlotMakerObject *)maker;
+    return (SlotMaker *)maker;
 }
 
 static PyObject *client_hello(PyObject *module, PyObject *payload)
@@ -813,7 +708,7 @@ static int classify_samples(PyObject *samples, sample_join joins[2], int *handsh
 /* One direction's hello as Python objects: made by `maker` (a ClientHello or ServerHello) with the memo key of
  * its fingerprint texts; both None when the joined bytes hold no hello. `server` picks the ServerHello reader;
  * its handshake stream's certificate chain goes to *chain. */
-static int hello_objects(const sample_join *join, int server, SlotMakerObject *maker, tlsh_scratch *scratch,
+static int hello_objects(const sample_join *join, int server, SlotMaker *maker, tlsh_scratch *scratch,
                          PyObject **hello, PyObject **key, PyObject **chain)
 {
     *hello = Py_NewRef(Py_None);
@@ -834,7 +729,7 @@ static int hello_objects(const sample_join *join, int server, SlotMakerObject *m
         server_field_values(&parsed, items);
         made_key = server_texts_object(&parsed.view, 1);
     }
-    PyObject *made = slot_make(maker, items);
+    PyObject *made = slot_maker_take(maker, items);
     if (made == NULL || made_key == NULL) {
         Py_XDECREF(made);
         Py_XDECREF(made_key);
@@ -884,7 +779,7 @@ static PyObject *remembered(PyObject *memo, PyObject *key)
 
 /* TlsMetadata(client, server, ja4, ja4s, ja3) with the fingerprints from the memos (reader[4..6]); None when
  * neither hello was read. `client_keys`: (JA4 key, JA3 string). Steals nothing. */
-static PyObject *metadata_object(PyObject *reader, SlotMakerObject *maker, PyObject *client, PyObject *client_keys,
+static PyObject *metadata_object(PyObject *reader, SlotMaker *maker, PyObject *client, PyObject *client_keys,
                                  PyObject *server, PyObject *server_key)
 {
     if (client == Py_None && server == Py_None)
@@ -908,7 +803,7 @@ static PyObject *metadata_object(PyObject *reader, SlotMakerObject *maker, PyObj
         Py_NewRef(client), Py_NewRef(server), ja4 != NULL ? ja4 : PyUnicode_New(0, 0),
         ja4s != NULL ? ja4s : PyUnicode_New(0, 0), ja3 != NULL ? ja3 : PyUnicode_New(0, 0),
         PyList_New(0), Py_NewRef(Py_True), PyLong_FromLong(0)};
-    return slot_make(maker, items);
+    return slot_maker_take(maker, items);
 }
 
 /* sample_facts(samples, reader): see the top of this file. */
@@ -920,7 +815,7 @@ static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_
         return NULL;
     }
     PyObject *reader = args[1];
-    SlotMakerObject *makers[4] = {reader_maker(reader, 0, CLIENT_FIELDS), reader_maker(reader, 1, SERVER_FIELDS),
+    SlotMaker *makers[4] = {reader_maker(reader, 0, CLIENT_FIELDS), reader_maker(reader, 1, SERVER_FIELDS),
                                   reader_maker(reader, 2, METADATA_FIELDS), reader_maker(reader, 3, FACTS_FIELDS)};
     if (makers[0] == NULL || makers[1] == NULL || makers[2] == NULL || makers[3] == NULL)
         return NULL;
@@ -950,7 +845,7 @@ static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_
     /* Facts(http_requests=[], http_responses=[], client_hello=meta.client_hello, tls=meta) */
     PyObject *hello = meta == NULL || meta == Py_None ? Py_None : *(PyObject **)((char *)meta + makers[2]->offsets[0]);
     PyObject *facts_items[FACTS_FIELDS] = {PyList_New(0), PyList_New(0), Py_NewRef(hello), meta};
-    PyObject *items[5] = {slot_make(makers[3], facts_items), requests != NULL ? requests : Py_NewRef(Py_None),
+    PyObject *items[5] = {slot_maker_take(makers[3], facts_items), requests != NULL ? requests : Py_NewRef(Py_None),
                           responses != NULL ? responses : Py_NewRef(Py_None), PyBool_FromLong(handshake), chain};
     return tuple_of(items, 5);
 }

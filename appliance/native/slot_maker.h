@@ -1,6 +1,7 @@
 /* SlotMaker: builds instances of a slotted dataclass by storing their fields straight into the slots.
  *
- * Included by fastpath.c (module appliance.native.fastpath). The record decoder makes a FlowRecord, its
+ * Included by fastpath.c (module appliance.native.fastpath) and dpi.c (appliance.native.dpi, which defines
+ * SLOT_MAKER_TYPE_NAME first: sample_facts makes the TLS hellos and metadata with it). The record decoder makes a FlowRecord, its
  * DnsMessages and a Packet per payload sample for every flow the analysis process reads; calling the classes
  * ran the dataclass-generated __init__, one Python attribute store per field, and that was most of the
  * decoder's time (about 2.5 of its 3.7 us per flow on the bench corpus). A maker does what that __init__
@@ -16,6 +17,10 @@
  * appliance/flows/record_codec.py); the tests hold a maker's objects equal to the class's own
  * (tests/appliance/native/test_slot_maker.py).
  */
+
+#ifndef SLOT_MAKER_TYPE_NAME
+#define SLOT_MAKER_TYPE_NAME "appliance.native.fastpath.SlotMaker"
+#endif
 
 typedef struct {
     PyObject_HEAD
@@ -40,6 +45,19 @@ static PyObject *slot_maker_make(SlotMaker *self, PyObject *const *args)
         *(PyObject **)(base + self->offsets[i]) = Py_NewRef(args[i]);
     for (Py_ssize_t i = self->nargs; i < self->nslots; i++)
         *(PyObject **)(base + self->offsets[i]) = Py_NewRef(PyTuple_GET_ITEM(self->defaults, i - self->nargs));
+    return obj;
+}
+
+/* The same from C with items[0..nargs) as new references, stolen (NULL among them: every one released, NULL
+ * returned; the error is the one that made the NULL). */
+static PyObject *slot_maker_take(SlotMaker *self, PyObject **items)
+{
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < self->nargs; i++)
+        failed |= items[i] == NULL;
+    PyObject *obj = failed ? NULL : slot_maker_make(self, items);
+    for (Py_ssize_t i = 0; i < self->nargs; i++)
+        Py_XDECREF(items[i]);
     return obj;
 }
 
@@ -179,7 +197,7 @@ static PyGetSetDef slot_maker_getset[] = {
 
 static PyTypeObject SlotMakerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "appliance.native.fastpath.SlotMaker",
+    .tp_name = SLOT_MAKER_TYPE_NAME,
     .tp_doc = "SlotMaker(cls, names, defaults=()): a callable that builds `cls` from its fields in `names` order\n"
               "(the last len(defaults) of them from `defaults`), storing them in the slots without running __init__.",
     .tp_basicsize = sizeof(SlotMaker),

@@ -12,7 +12,6 @@ SlotMakers below, the fingerprints from a FingerprintMemo. `tls_metadata_referen
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ from appliance.detection.dpi.tls_fingerprint import ja3_reference, ja4_reference
 from appliance.detection.dpi.tls_parse import (MAX_HANDSHAKE_BYTES, ClientHello, ServerHello, certificate_chain,
                                                parse_client_hello_reference, parse_server_hello_reference, version_name)
 from appliance.model import FlowRecord, Packet
+from appliance import native
 from appliance.native import dpi as native_dpi
 
 _OUTBOUND, _INBOUND = 1, 2
@@ -93,9 +93,7 @@ def opens_handshake(flow: FlowRecord) -> bool:
 def slot_maker(cls: type) -> Any:
     """A `native_dpi.SlotMaker` of a slotted dataclass whose __init__ only assigns its fields (no
     __post_init__): what sample_facts makes with it equals cls(*values)."""
-    if not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__") or "__slots__" not in vars(cls):
-        raise TypeError(f"{cls.__name__}: sample_facts makes only slotted dataclasses without __post_init__")
-    return native_dpi.SlotMaker(cls, tuple(f.name for f in dataclasses.fields(cls)))
+    return native.slot_maker(native_dpi.SlotMaker, cls)
 
 
 # How `native_dpi.sample_facts` makes the hellos and the metadata (constants of the classes; facts.py adds Facts).

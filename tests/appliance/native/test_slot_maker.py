@@ -1,4 +1,5 @@
-"""SlotMaker (appliance/native/slot_maker.h): objects equal to the class's own, and the classes it refuses."""
+"""SlotMaker (appliance/native/slot_maker.h, in both fastpath and dpi): objects equal to the class's own, and the
+classes it refuses."""
 
 import dataclasses
 import gc
@@ -7,9 +8,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from appliance.flows.record_codec import slot_maker
+from appliance import native
 from appliance.model import DnsAnswer, DnsMessage, FlowRecord, IcmpInfo, Packet, Transport
+from appliance.native import dpi
 from appliance.native.fastpath import SlotMaker
+
+
+def slot_maker(cls: type, given: int | None = None, kind: type = SlotMaker) -> object:
+    return native.slot_maker(kind, cls, given)
 
 
 def _names(cls: type) -> tuple[str, ...]:
@@ -23,14 +29,15 @@ def _record_args() -> tuple:
             "curl", "idle", dns, [sample])
 
 
+@pytest.mark.parametrize("kind", [SlotMaker, dpi.SlotMaker])
 @pytest.mark.parametrize(("cls", "args"), [
     (Packet, (1, 2, 6, Transport.TCP, 5, 6, 7, 8, 9, b"payload", 0x18, 77, "proc", None, IcmpInfo(8, 0, b"x"))),
     (DnsMessage, (1, True, 3, "a.example", 16, 1, [DnsAnswer("a.example", 16, 30, "text")], False, 123)),
     (DnsAnswer, ("n", 1, 2, "d")),
     (IcmpInfo, (8, 0, b"data")),
 ])
-def test_made_objects_equal_the_class_own(cls, args):
-    made = slot_maker(cls)(*args)
+def test_made_objects_equal_the_class_own(kind, cls, args):
+    made = slot_maker(cls, kind=kind)(*args)
     assert type(made) is cls
     assert made == cls(*args)
     assert repr(made) == repr(cls(*args))
