@@ -119,6 +119,26 @@ def beacon_scores(starts: list[int], sizes: list[int], min_interval_s: float) ->
     }
 
 
+def series_scores(series: deque[tuple[int, int]], min_interval_s: float,
+                  figures: tuple[Any, ...] | None = None) -> dict[str, float] | None:
+    """beacon_scores of a connection series [(start ns, bytes out)], its figures computed in C
+    (BehaviourCore.beacon_figures: the same operations, bit for bit) unless only the Python can."""
+    if figures is None:
+        figures = BehaviourCore.beacon_figures(series, min_interval_s)
+    if figures is None:
+        return beacon_scores([s for s, _ in series], [b for _, b in series], min_interval_s)
+    if not figures:
+        return None
+    connections, median, cv, mad_over_median, skew, missed, size_cv = figures
+    return {
+        "connections": connections, "interval_median_s": round(median, 2), "interval_cv": round(cv, 3),
+        "mad_over_median": round(mad_over_median, 3) if median > 0 else 1.0,
+        "bowley_skew": round(skew, 3) if skew is not None else 0.0,
+        "missed_beats": missed, "size_cv": round(size_cv, 3),
+        "size_score": round(max(0.0, 1.0 - size_cv), 3),
+    }
+
+
 class FleetPrevalence(Protocol):
     """Destination prevalence shared beyond this layer's agents (a cluster analyzer sees only some)."""
 
@@ -149,10 +169,12 @@ class BehaviourLayer(BehaviourCore):
         self.fleet = fleet
         self._throttle = Throttle()
 
-    def _settings(self, config: AnalysisConfig) -> tuple[int, int, int, int, int, list[int]]:
+    def _settings(self, config: AnalysisConfig) -> tuple[Any, ...]:
         """What the C accounting reads of a new config in force."""
         v, b = config.volume, config.beaconing
-        return int(v.bucket_s * _NS), v.warmup_buckets, v.min_bytes, b.history, b.min_connections, b.ignore_ports
+        return (int(v.bucket_s * _NS), v.warmup_buckets, v.min_bytes, b.history, b.min_connections, b.ignore_ports,
+                b.common_destination_agents, int(b.prevalence_window_s * _NS), b.min_interval_s, b.max_cv,
+                v.cusum, v.ema_alpha, v.cusum_k)
 
     def _roll(self, flow: FlowRecord, state: _Volume, bucket: int, config: AnalysisConfig) -> Detection | None:
         """A flow opened a later window: the closed one (and the quiet ones after it) join the baselines."""
@@ -233,28 +255,26 @@ class BehaviourLayer(BehaviourCore):
                       "top_destination_bytes": top_bytes, "reason": reason},
             flow_ids=list(state.flow_ids), first_ns=first_ns, last_ns=flow.last_ns, remote_ip=address)
 
-    @staticmethod
-    def _prevalence(visitors: dict[str, int], now_ns: int, window_s: float) -> int:
-        horizon = now_ns - int(window_s * _NS)
-        for agent in [a for a, seen in visitors.items() if seen < horizon]:
-            del visitors[agent]
-        return len(visitors)
-
     def _judge_beacon(self, flow: FlowRecord, config: AnalysisConfig, key: tuple[str, int, int],
-                      series: deque[tuple[int, int]], visitors: dict[str, int]) -> Detection | None:
-        """The series holds min_connections: unless its destination is common, its regularity judged."""
+                      series: deque[tuple[int, int]], visitors: dict[str, int], prevalence: int,
+                      figures: tuple[Any, ...] | None) -> Detection | None:
+        """The series holds min_connections, `prevalence` of this layer's agents reached its destination (the C
+        forgot the others) and, with no fleet, the destination is not common and `figures` (beacon_figures,
+        None when only the Python computes them) do not rule a beacon out: its regularity judged."""
         c = config.beaconing
         fleet = self.fleet
-        prevalence = self._prevalence(visitors, flow.last_ns, c.prevalence_window_s)
         if fleet is not None and c.common_destination_agents and prevalence < c.common_destination_agents:
             since = flow.last_ns - int(c.prevalence_window_s * _NS)
             prevalence = len(fleet.agents(key[1:], since) | visitors.keys())
         if c.common_destination_agents and prevalence >= c.common_destination_agents:
             return None
-        scores = beacon_scores([s for s, _ in series], [b for _, b in series], c.min_interval_s)
+        throttled = ("beacon",) + tuple(map(str, key))
+        if not self._throttle.would_allow(throttled, flow.last_ns, config.detectors.report_interval_s):
+            return None  # what the scores are cannot matter (they are computed without side effects)
+        scores = series_scores(series, c.min_interval_s, figures)
         if scores is None or scores["connections"] < c.min_connections or scores["interval_cv"] > c.max_cv:
             return None
-        if not self._throttle.allow(("beacon",) + tuple(map(str, key)), flow.last_ns, config.detectors.report_interval_s):
+        if not self._throttle.allow(throttled, flow.last_ns, config.detectors.report_interval_s):
             return None
         cv = scores["interval_cv"]
         confidence = (0.5 + 0.2 * (1 - cv / c.max_cv if c.max_cv else 1.0) + 0.15 * scores["size_score"]

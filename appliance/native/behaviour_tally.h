@@ -7,9 +7,14 @@
  * ids) and the connection series and visitors of its destination. Here that bookkeeping is the C method
  * BehaviourCore.analyze; the judges, which compute floating point figures and build evidence, stay in
  * Python and are called only when one can fire (the same tests as the Python before them):
- *     self._roll(flow, state, bucket, config)          a flow opened a later window (CUSUM, Welford)
+ *     self._cusum(flow, state, value, config)        a closed window leaves the CUSUM above zero (else the
+ *                                                    window's Welford and CUSUM arithmetic is done here)
+ *     self._roll(flow, state, bucket, config)          the same when the state holds other than the plain
+ *                                                    ints and floats the C reads (never from BehaviourLayer)
  *     self._volume_alarm(flow, state, bucket, config)  the window holds min_bytes and the baseline is warm
- *     self._judge_beacon(flow, config, key, series, visitors)  the series holds min_connections
+ *     self._judge_beacon(flow, config, key, series, visitors, prevalence, figures)  the series holds
+ *         min_connections; with a fleet, always (figures None: the fleet is asked first); without, when the
+ *         destination is not common and the series' figures (bhv_figures) do not already rule a beacon out
  * each returning a Detection or None. The state stays in the Python objects the judges, `snapshot` and
  * `restore` use: the dicts, the slotted _Volume dataclass (its slots are read and written where they are,
  * as dnsw_get does), the deques. behaviour_reference.py is the Python twin the tests hold this to.
@@ -22,18 +27,24 @@
  *
  * BehaviourCore(holder, volume, series, visitors, make_volume, max_keys, tcp, udp)
  *     holder.current is read per flow; when it is another object than last time, self._settings(config)
- *     gives (bucket_ns, warmup_buckets, min_bytes, history, min_connections, ignore_ports).
+ *     gives (bucket_ns, warmup_buckets, min_bytes, history, min_connections, ignore_ports,
+ *     common_destination_agents, prevalence_window_ns, min_interval_s, max_cv, cusum, ema_alpha, cusum_k).
  *     .analyze(flow) -> list[Detection]     .fleet: FleetPrevalence or None (read per flow)
  *     ._volume, ._series, ._visitors: the dicts above (read-only attributes)
  */
+#include <float.h>
 #include <structmember.h>
 
 #define BHV_PORTS 65536
+#define BHV_TIME_LIMIT ((long long)1 << 62)
+#define BHV_EXACT ((long long)1 << 53)  /* ints below convert to double exactly */
 
 static dnsw_attr bhv_attr_agent_id, bhv_attr_flow_id, bhv_attr_first_ns, bhv_attr_last_ns, bhv_attr_bytes_out,
     bhv_attr_packets_out, bhv_attr_remote_ip, bhv_attr_remote_port, bhv_attr_local_port, bhv_attr_transport,
-    bhv_attr_bucket, bhv_attr_total, bhv_attr_by_remote, bhv_attr_flow_ids, bhv_attr_stats, bhv_attr_n;
-static PyObject *bhv_s_current, *bhv_s_settings, *bhv_s_roll, *bhv_s_volume_alarm, *bhv_s_judge_beacon,
+    bhv_attr_bucket, bhv_attr_total, bhv_attr_by_remote, bhv_attr_flow_ids, bhv_attr_stats, bhv_attr_n, bhv_attr_mean,
+    bhv_attr_m2, bhv_attr_ema, bhv_attr_reference, bhv_attr_cusum, bhv_attr_run_buckets, bhv_attr_run_max_z,
+    bhv_attr_run_by_remote;
+static PyObject *bhv_s_current, *bhv_s_settings, *bhv_s_roll, *bhv_s_cusum, *bhv_s_volume_alarm, *bhv_s_judge_beacon,
     *bhv_s_visited, *bhv_s_maxlen;
 static PyObject *bhv_deque, *bhv_deque_append, *bhv_zero, *bhv_port_floor;
 
@@ -52,7 +63,12 @@ typedef struct {
     PyObject *bucket_ns, *warmup_buckets, *min_bytes;
     PyObject *series_kwargs;  /* {"maxlen": history} */
     PyObject *ignore_ports;   /* the config's sequence, for ports that are not plain ints in range */
-    Py_ssize_t min_connections;
+    PyObject *prevalence_window_ns;
+    Py_ssize_t min_connections, common_destination_agents;
+    double min_interval_s, max_cv;
+    int cusum;                 /* volume.cusum */
+    long long warmup;          /* volume.warmup_buckets */
+    double ema_alpha, cusum_k;
     unsigned char ignored[BHV_PORTS / 8];
 } BehaviourCoreObject;
 
@@ -135,10 +151,18 @@ static int bhv_configure(BehaviourCoreObject *self, PyObject *config)
     PyObject *settings = PyObject_CallMethodOneArg((PyObject *)self, bhv_s_settings, config);
     if (settings == NULL)
         return -1;
-    PyObject *bucket_ns, *warmup, *min_bytes, *history, *ignore_ports;
-    Py_ssize_t min_connections;
-    if (!PyArg_ParseTuple(settings, "OOOOnO:BehaviourCore settings", &bucket_ns, &warmup, &min_bytes, &history,
-                          &min_connections, &ignore_ports)) {
+    PyObject *bucket_ns, *warmup, *min_bytes, *history, *ignore_ports, *window_ns;
+    Py_ssize_t min_connections, common;
+    double min_interval, max_cv, ema_alpha, cusum_k;
+    int cusum;
+    if (!PyArg_ParseTuple(settings, "OOOOnOnOddpdd:BehaviourCore settings", &bucket_ns, &warmup, &min_bytes, &history,
+                          &min_connections, &ignore_ports, &common, &window_ns, &min_interval, &max_cv, &cusum,
+                          &ema_alpha, &cusum_k)) {
+        Py_DECREF(settings);
+        return -1;
+    }
+    long long warmup_count = PyLong_AsLongLong(warmup);
+    if (warmup_count == -1 && PyErr_Occurred()) {
         Py_DECREF(settings);
         return -1;
     }
@@ -160,6 +184,14 @@ static int bhv_configure(BehaviourCoreObject *self, PyObject *config)
     Py_INCREF(warmup);
     Py_INCREF(min_bytes);
     Py_INCREF(config);
+    Py_XSETREF(self->prevalence_window_ns, Py_NewRef(window_ns));
+    self->common_destination_agents = common;
+    self->min_interval_s = min_interval;
+    self->max_cv = max_cv;
+    self->cusum = cusum;
+    self->warmup = warmup_count;
+    self->ema_alpha = ema_alpha;
+    self->cusum_k = cusum_k;
     Py_XSETREF(self->bucket_ns, bucket_ns);
     Py_XSETREF(self->warmup_buckets, warmup);
     Py_XSETREF(self->min_bytes, min_bytes);
@@ -223,6 +255,209 @@ static int bhv_append(PyObject *deque, PyObject *item)
     return none == NULL ? -1 : 0;
 }
 
+/* -- closing windows: BehaviourLayer._roll and the zero-sum path of _cusum ---------------------------- */
+typedef struct {
+    long long n;
+    double mean, m2, ema;
+} bhv_welford;
+
+/* A Welford's fields into w: 1, or 0 when they are not a plain int and floats (the Python then), -1 on error. */
+static int bhv_welford_load(PyObject *welford, bhv_welford *w)
+{
+    PyObject *n = dnsw_get(welford, &bhv_attr_n), *mean = NULL, *m2 = NULL, *ema = NULL;
+    int plain = -1;
+    if (n != NULL && (mean = dnsw_get(welford, &bhv_attr_mean)) != NULL && (m2 = dnsw_get(welford, &bhv_attr_m2)) != NULL
+        && (ema = dnsw_get(welford, &bhv_attr_ema)) != NULL) {
+        plain = bhv_small(n, &w->n) && w->n >= 0 && w->n < BHV_EXACT && PyFloat_CheckExact(mean) && PyFloat_CheckExact(m2)
+                && PyFloat_CheckExact(ema);
+        PyErr_Clear();
+        if (plain) {
+            w->mean = PyFloat_AS_DOUBLE(mean);
+            w->m2 = PyFloat_AS_DOUBLE(m2);
+            w->ema = PyFloat_AS_DOUBLE(ema);
+        }
+    }
+    Py_XDECREF(n);
+    Py_XDECREF(mean);
+    Py_XDECREF(m2);
+    Py_XDECREF(ema);
+    return plain;
+}
+
+static int bhv_set_number(PyObject *obj, dnsw_attr *attr, PyObject *value)  /* steals value */
+{
+    int failed = value == NULL || bhv_set(obj, attr, value) < 0;
+    Py_XDECREF(value);
+    return failed ? -1 : 0;
+}
+
+static int bhv_welford_store(PyObject *welford, const bhv_welford *w)
+{
+    return bhv_set_number(welford, &bhv_attr_n, PyLong_FromLongLong(w->n)) < 0
+           || bhv_set_number(welford, &bhv_attr_mean, PyFloat_FromDouble(w->mean)) < 0
+           || bhv_set_number(welford, &bhv_attr_m2, PyFloat_FromDouble(w->m2)) < 0
+           || bhv_set_number(welford, &bhv_attr_ema, PyFloat_FromDouble(w->ema)) < 0 ? -1 : 0;
+}
+
+/* Welford.add, operation for operation (its int n converted to double as Python does: exact below 2**53). */
+static void bhv_welford_add(bhv_welford *w, double value, double alpha)
+{
+    w->n += 1;
+    double delta = value - w->mean;
+    w->mean += delta / (double)w->n;
+    w->m2 += delta * (value - w->mean);
+    w->ema = w->n == 1 ? value : alpha * value + (1 - alpha) * w->ema;
+}
+
+/* What closing windows changes in a _Volume, held in C between the calls to the Python. */
+typedef struct {
+    PyObject *stats_obj, *reference_obj;  /* held */
+    bhv_welford stats, reference;
+    double cusum;
+} bhv_windows;
+
+static void bhv_windows_release(bhv_windows *ws)
+{
+    Py_CLEAR(ws->stats_obj);
+    Py_CLEAR(ws->reference_obj);
+}
+
+/* 1 loaded, 0 not plain ints and floats (nothing held), -1 error (nothing held). */
+static int bhv_windows_load(PyObject *state, bhv_windows *ws)
+{
+    PyObject *cusum = NULL;
+    int plain = -1;
+    ws->stats_obj = dnsw_get(state, &bhv_attr_stats);
+    ws->reference_obj = ws->stats_obj ? dnsw_get(state, &bhv_attr_reference) : NULL;
+    if (ws->reference_obj != NULL && (cusum = dnsw_get(state, &bhv_attr_cusum)) != NULL
+        && (plain = bhv_welford_load(ws->stats_obj, &ws->stats)) == 1
+        && (plain = bhv_welford_load(ws->reference_obj, &ws->reference)) == 1) {
+        plain = PyFloat_CheckExact(cusum) && ws->stats_obj != ws->reference_obj;
+        ws->cusum = plain ? PyFloat_AS_DOUBLE(cusum) : 0.0;
+    }
+    Py_XDECREF(cusum);
+    if (plain != 1)
+        bhv_windows_release(ws);
+    return plain;
+}
+
+static int bhv_windows_store(PyObject *state, const bhv_windows *ws)
+{
+    return bhv_welford_store(ws->stats_obj, &ws->stats) < 0 || bhv_welford_store(ws->reference_obj, &ws->reference) < 0
+           || bhv_set_number(state, &bhv_attr_cusum, PyFloat_FromDouble(ws->cusum)) < 0 ? -1 : 0;
+}
+
+static int bhv_clear(PyObject *table)
+{
+    if (PyDict_CheckExact(table)) {
+        PyDict_Clear(table);
+        return 0;
+    }
+    PyObject *none = PyObject_CallMethod(table, "clear", NULL);
+    Py_XDECREF(none);
+    return none == NULL ? -1 : 0;
+}
+
+/* _cusum(flow, state, value, config) for one closed window: here while the reference warms up or the window
+ * leaves the sum at zero (the arithmetic of _cusum's first lines, in its order); otherwise the figures are
+ * stored and the Python judges the window (computing the same sum again from them), and they are loaded
+ * again (*loaded: 1, or 0 when the Python left other than plain figures). A Detection, None, or NULL. */
+static PyObject *bhv_cusum(BehaviourCoreObject *self, PyObject *flow, PyObject *state, bhv_windows *ws, double value,
+                           int *loaded)
+{
+    if (!self->cusum)
+        Py_RETURN_NONE;
+    bhv_welford *reference = &ws->reference;
+    if (reference->n < self->warmup) {
+        bhv_welford_add(reference, value, self->ema_alpha);
+        Py_RETURN_NONE;
+    }
+    double variance = reference->n > 1 ? reference->m2 / (double)(reference->n - 1) : 0.0;
+    if (variance >= 0) {  /* else math.sqrt raises: the Python's to raise */
+        double std = reference->n > 1 ? sqrt(variance) : 0.0;
+        std = 1.0 > std ? 1.0 : std;  /* max(reference.std, 1.0) */
+        double sum = ws->cusum + value - reference->mean - self->cusum_k * std;
+        if (!(sum > 0.0)) {  /* max(0.0, sum) == 0.0 */
+            PyObject *run_by_remote = dnsw_get(state, &bhv_attr_run_by_remote);
+            ws->cusum = 0.0;
+            bhv_welford_add(reference, value, self->ema_alpha);
+            int failed = run_by_remote == NULL || bhv_set(state, &bhv_attr_run_buckets, bhv_zero) < 0
+                         || bhv_set_number(state, &bhv_attr_run_max_z, PyFloat_FromDouble(0.0)) < 0
+                         || bhv_clear(run_by_remote) < 0;
+            Py_XDECREF(run_by_remote);
+            if (failed)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *number = PyFloat_FromDouble(value), *found = NULL;
+    if (number != NULL && bhv_windows_store(state, ws) >= 0) {
+        bhv_windows_release(ws);
+        found = PyObject_CallMethodObjArgs((PyObject *)self, bhv_s_cusum, flow, state, number, self->config, NULL);
+        if (found != NULL && (*loaded = bhv_windows_load(state, ws)) < 0)
+            Py_CLEAR(found);
+        if (found == NULL)
+            *loaded = 0;
+    }
+    Py_XDECREF(number);
+    return found;
+}
+
+/* BehaviourLayer._roll: a flow opened window `bucket` after `current`: the closed one (and up to 60 quiet ones
+ * after it) join the baselines, and the window starts empty. A Detection, None, or NULL on an error. */
+static PyObject *bhv_roll(BehaviourCoreObject *self, PyObject *flow, PyObject *state, PyObject *current, PyObject *bucket)
+{
+    long long opened, closed;
+    PyObject *total = dnsw_get(state, &bhv_attr_total), *found = NULL, *by_remote = NULL;
+    bhv_windows ws = {NULL, NULL};
+    int loaded = 0;
+    double value = 0.0;
+    if (total == NULL)
+        return NULL;
+    if (bhv_small(bucket, &opened) && bhv_small(current, &closed) && PyLong_CheckExact(total)
+        && opened < BHV_TIME_LIMIT && closed > -BHV_TIME_LIMIT) {
+        value = PyLong_AsDouble(total);  /* float(state.total): correctly rounded, OverflowError past 1e308 */
+        loaded = value == -1.0 && PyErr_Occurred() ? 0 : bhv_windows_load(state, &ws);
+    }
+    if (loaded >= 0)
+        PyErr_Clear();
+    Py_DECREF(total);
+    if (loaded < 0)
+        return NULL;
+    if (!loaded)  /* the Python's arithmetic, and its errors */
+        return PyObject_CallMethodObjArgs((PyObject *)self, bhv_s_roll, flow, state, bucket, self->config, NULL);
+    if (closed >= 0) {
+        long long quiet = opened - closed - 1 < 60 ? opened - closed - 1 : 60;
+        for (long long i = -1; i < quiet; i++) {
+            double window = i < 0 ? value : 0.0;
+            PyObject *judged = bhv_cusum(self, flow, state, &ws, window, &loaded);
+            if (judged == NULL || !loaded) {
+                if (judged != NULL)
+                    PyErr_SetString(PyExc_RuntimeError, "BehaviourLayer._cusum left figures the C does not read");
+                Py_XDECREF(judged);
+                Py_XDECREF(found);
+                bhv_windows_release(&ws);
+                return NULL;
+            }
+            if (found == NULL || found == Py_None)
+                Py_XSETREF(found, judged);  /* found = found or quiet: the first detection */
+            else
+                Py_DECREF(judged);
+            bhv_welford_add(&ws.stats, window, self->ema_alpha);
+        }
+    }
+    int failed = bhv_windows_store(state, &ws) < 0 || bhv_set(state, &bhv_attr_bucket, bucket) < 0
+                 || bhv_set(state, &bhv_attr_total, bhv_zero) < 0 || (by_remote = dnsw_get(state, &bhv_attr_by_remote)) == NULL
+                 || bhv_clear(by_remote) < 0;
+    bhv_windows_release(&ws);
+    Py_XDECREF(by_remote);
+    if (failed) {
+        Py_XDECREF(found);
+        return NULL;
+    }
+    return found ? found : Py_NewRef(Py_None);
+}
+
 /* -- the volume window: _analyze_volume up to its judges --------------------------------------------- */
 static int bhv_volume(BehaviourCoreObject *self, PyObject *flow, PyObject *agent, PyObject *bytes_out, PyObject *out)
 {
@@ -237,7 +472,7 @@ static int bhv_volume(BehaviourCoreObject *self, PyObject *flow, PyObject *agent
         || (current = dnsw_get(state, &bhv_attr_bucket)) == NULL || (c = bhv_compare(bucket, current, Py_GT)) < 0)
         goto done;
     if (c) {
-        if (bhv_keep(out, PyObject_CallMethodObjArgs((PyObject *)self, bhv_s_roll, flow, state, bucket, self->config, NULL)) < 0)
+        if (bhv_keep(out, bhv_roll(self, flow, state, current, bucket)) < 0)
             goto done;
     }
     else if ((c = bhv_compare(bucket, current, Py_LT)) < 0)
@@ -290,6 +525,331 @@ done:
     return failed;
 }
 
+/* BehaviourLayer._prevalence: forgets the visitors last seen before the window, counts the others. */
+static Py_ssize_t bhv_prevalence(BehaviourCoreObject *self, PyObject *visitors, PyObject *now_ns)
+{
+    PyObject *horizon = PyNumber_Subtract(now_ns, self->prevalence_window_ns), *gone = PyList_New(0);
+    PyObject *agent, *seen;
+    Py_ssize_t at = 0, failed = horizon == NULL || gone == NULL;
+    while (!failed && PyDict_Next(visitors, &at, &agent, &seen)) {
+        int before = bhv_compare(seen, horizon, Py_LT);
+        failed = before < 0 || (before && PyList_Append(gone, agent) < 0);
+    }
+    for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(gone); i++)
+        failed = PyDict_DelItem(visitors, PyList_GET_ITEM(gone, i)) < 0;
+    Py_XDECREF(horizon);
+    Py_XDECREF(gone);
+    return failed ? -1 : PyDict_GET_SIZE(visitors);
+}
+
+/* -- beacon_scores' figures ---------------------------------------------------------------------------
+ * The same operations in the same order as behaviour.beacon_scores and the statistics functions it calls
+ * (median, fmean = fsum / n, quantiles(n=4) 'exclusive'), on doubles: every step is one IEEE operation
+ * (the build turns floating point contraction off), sums are math.fsum's correctly rounded one, squares
+ * are pow(|d|, 2.0) as float.__pow__ computes them, and round() half to even as float.__round__. What
+ * Python would compute differently is declined (None: the caller runs the Python): a series item that is
+ * not a pair of ints, times beyond +-2**62 or an interval of 2**53 ns or more (int / int is then not one
+ * division of doubles), sizes beyond int64, a quotient or square that is not a normal finite double. The
+ * rounding to 2 or 3 digits stays in Python (float.__round__ with digits is decimal, not one IEEE step). */
+
+/* Ascending sort of n values with a buffer of n more: insertion sort of runs of 16, then bottom-up merges
+ * (O(n log n) whatever the order an attacker gives the times; no comparison callback as qsort has). */
+#define BHV_DEFINE_SORT(name, type)                                                                             \
+    static void name(type *values, type *buffer, Py_ssize_t n)                                                  \
+    {                                                                                                           \
+        for (Py_ssize_t start = 0; start < n; start += 16) {                                                    \
+            Py_ssize_t end = start + 16 < n ? start + 16 : n;                                                   \
+            for (Py_ssize_t i = start + 1; i < end; i++) {                                                      \
+                type v = values[i];                                                                             \
+                Py_ssize_t j = i;                                                                               \
+                for (; j > start && values[j - 1] > v; j--)                                                     \
+                    values[j] = values[j - 1];                                                                  \
+                values[j] = v;                                                                                  \
+            }                                                                                                   \
+        }                                                                                                       \
+        type *from = values, *to = buffer;                                                                      \
+        for (Py_ssize_t width = 16; width < n; width *= 2) {                                                    \
+            for (Py_ssize_t lo = 0; lo < n; lo += 2 * width) {                                                  \
+                Py_ssize_t mid = lo + width < n ? lo + width : n, hi = lo + 2 * width < n ? lo + 2 * width : n; \
+                Py_ssize_t i = lo, j = mid, k = lo;                                                             \
+                while (i < mid && j < hi)                                                                       \
+                    to[k++] = from[j] < from[i] ? from[j++] : from[i++];                                        \
+                while (i < mid)                                                                                 \
+                    to[k++] = from[i++];                                                                        \
+                while (j < hi)                                                                                  \
+                    to[k++] = from[j++];                                                                        \
+            }                                                                                                   \
+            type *swap = from;                                                                                  \
+            from = to;                                                                                          \
+            to = swap;                                                                                          \
+        }                                                                                                       \
+        if (from != values)                                                                                     \
+            memcpy(values, from, (size_t)n * sizeof(type));                                                     \
+    }
+BHV_DEFINE_SORT(bhv_sort_ll, long long)
+BHV_DEFINE_SORT(bhv_sort_double, double)
+
+/* float.__pow__(d, 2) calls the C library's pow at run time; a constant 2.0 would let the compiler turn it
+ * into d * d, which pow (within 0.54 ULP, not correctly rounded) need not equal. */
+static volatile double bhv_two = 2.0;
+
+/* math.fsum of finite values (Shewchuk's partials, CPython's final half-even fix); 0 when it is not finite. */
+static int bhv_fsum(const double *values, Py_ssize_t count, double *partials, double *out)
+{
+    Py_ssize_t n = 0;
+    double hi, yr, lo = 0.0, x, y, t;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        Py_ssize_t i = 0;
+        x = values[k];
+        for (Py_ssize_t j = 0; j < n; j++) {
+            y = partials[j];
+            if (fabs(x) < fabs(y)) {
+                t = x;
+                x = y;
+                y = t;
+            }
+            hi = x + y;
+            yr = hi - x;
+            lo = y - yr;
+            if (lo != 0.0)
+                partials[i++] = lo;
+            x = hi;
+        }
+        n = i;
+        if (x != 0.0) {
+            if (!isfinite(x))
+                return 0;
+            partials[n++] = x;
+        }
+    }
+    hi = 0.0;
+    if (n > 0) {
+        hi = partials[--n];
+        while (n > 0) {
+            x = hi;
+            y = partials[--n];
+            hi = x + y;
+            yr = hi - x;
+            lo = y - yr;
+            if (lo != 0.0)
+                break;
+        }
+        if (n > 0 && ((lo < 0.0 && partials[n - 1] < 0.0) || (lo > 0.0 && partials[n - 1] > 0.0))) {
+            y = lo * 2.0;
+            x = hi + y;
+            yr = x - hi;
+            if (y == yr)
+                hi = x;
+        }
+    }
+    *out = hi;
+    return 1;
+}
+
+/* statistics.median of values (sorted in place). */
+static double bhv_median(double *values, double *buffer, Py_ssize_t n)
+{
+    bhv_sort_double(values, buffer, n);
+    return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+/* _pstdev(values, mean): sqrt(fsum((v - mean) ** 2) / n); 0 when a square is not a normal finite double. */
+static int bhv_pstdev(const double *values, Py_ssize_t n, double mean, double *work, double *partials, double *out)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double d = fabs(values[i] - mean), square = d == 0.0 || d == 1.0 ? d : pow(d, bhv_two);
+        if (!isfinite(square) || (square != 0.0 && square < DBL_MIN))
+            return 0;
+        work[i] = square;
+    }
+    double sum;
+    if (!bhv_fsum(work, n, partials, &sum))
+        return 0;
+    *out = sqrt(sum / (double)n);
+    return 1;
+}
+
+/* float.__round__(x) with no digits: half to even. */
+static double bhv_round_half_even(double x)
+{
+    double rounded = round(x);
+    if (fabs(x - rounded) == 0.5)
+        rounded = 2.0 * round(x / 2.0);
+    return rounded;
+}
+
+enum { BHV_FIGURES, BHV_DECLINED, BHV_NO_BEACON };
+
+/* (connections, median, cv, mad / median or None, Bowley skew or None, missed beats, size cv) of a series
+ * (*status BHV_FIGURES; NULL and *status BHV_FIGURES on an error), or NULL and *status:
+ *   BHV_NO_BEACON  beacon_scores gives None (too few intervals), or the judge certainly refuses the series:
+ *                  fewer connections than min_connections, or cv > cv_cutoff (the caller's max_cv + 0.001:
+ *                  round(cv, 3) is then above max_cv, being within 0.0005 and a rounding of the double
+ *                  nearest to the decimal of cv). Figures after cv are not computed then.
+ *   BHV_DECLINED   only the Python computes the exact figures. */
+static PyObject *bhv_figures(PyObject *items, double min_interval, double cv_cutoff, Py_ssize_t min_connections,
+                             int *status)
+{
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(items), kept = 0, count, folded_n;
+    PyObject *out = NULL;
+    long long *times = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(long long)), missed = 0;
+    double *work = PyMem_Malloc((size_t)(n ? n : 1) * 7 * sizeof(double));
+    *status = BHV_DECLINED;
+    if (times == NULL || work == NULL) {
+        *status = BHV_FIGURES;
+        PyErr_NoMemory();
+        goto done;
+    }
+    double *intervals = work, *sorted = work + n, *folded = work + 2 * n, *sizes = work + 3 * n, *scratch = work + 4 * n,
+           *partials = work + 5 * n, *buffer = work + 6 * n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(items, i);
+        long long t, size;
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 || !bhv_small(PyTuple_GET_ITEM(item, 0), &t)
+            || !bhv_small(PyTuple_GET_ITEM(item, 1), &size) || t <= -BHV_TIME_LIMIT || t >= BHV_TIME_LIMIT) {
+            PyErr_Clear();
+            goto done;
+        }
+        times[i] = t;
+        sizes[i] = (double)size;
+    }
+    if (n == 0)
+        goto done;  /* times[0] raises IndexError in Python */
+    bhv_sort_ll(times, (long long *)buffer, n);
+    long long last = times[0];
+    count = 1;
+    for (Py_ssize_t i = 1; i < n; i++) {
+        long long gap = times[i] - last;
+        if (gap >= BHV_EXACT)
+            goto done;
+        if ((double)gap / 1e9 >= min_interval) {
+            intervals[kept++] = (double)gap / 1e9;
+            last = times[i];
+            count++;
+        }
+    }
+    if (kept < 3 || count < min_connections) {
+        *status = BHV_NO_BEACON;
+        goto done;
+    }
+    memcpy(sorted, intervals, (size_t)kept * sizeof(double));
+    double median = bhv_median(sorted, buffer, kept), mean, cv = 1.0, std, size_mean, size_cv = 0.0, skew = 0.0;
+    folded_n = kept;
+    for (Py_ssize_t i = 0; i < kept; i++) {
+        double value = intervals[i], beats = 1.0;
+        if (median > 0) {
+            double ratio = value / median;
+            if (!isfinite(ratio) || fabs(ratio) >= (double)BHV_EXACT)
+                goto done;
+            beats = bhv_round_half_even(ratio);
+        }
+        if (beats >= 2 && fabs(value / beats - median) <= 0.25 * median) {
+            folded[i] = value / beats;
+            missed += (long long)beats - 1;
+        }
+        else
+            folded[i] = value;
+    }
+    if (!bhv_fsum(folded, folded_n, partials, &mean))
+        goto done;
+    mean = mean / (double)folded_n;
+    if (mean > 0) {
+        if (!bhv_pstdev(folded, folded_n, mean, scratch, partials, &std))
+            goto done;
+        cv = std / mean;
+    }
+    if (cv > cv_cutoff) {
+        *status = BHV_NO_BEACON;
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < folded_n; i++)
+        sorted[i] = fabs(folded[i] - median);
+    double mad = bhv_median(sorted, buffer, folded_n);
+    if (!bhv_fsum(sizes, n, partials, &size_mean))
+        goto done;
+    size_mean = size_mean / (double)n;
+    if (size_mean > 0 && n > 1) {
+        if (!bhv_pstdev(sizes, n, size_mean, scratch, partials, &std))
+            goto done;
+        size_cv = std / size_mean;
+    }
+    if (folded_n >= 4) {
+        double q[3];
+        long long m = folded_n + 1;
+        memcpy(sorted, folded, (size_t)folded_n * sizeof(double));
+        bhv_sort_double(sorted, buffer, folded_n);
+        for (long long i = 1; i < 4; i++) {
+            long long j = i * m / 4, delta;
+            j = j < 1 ? 1 : j > folded_n - 1 ? folded_n - 1 : j;
+            delta = i * m - j * 4;
+            q[i - 1] = (sorted[j - 1] * (double)(4 - delta) + sorted[j] * (double)delta) / 4;
+        }
+        double spread = q[2] - q[0];
+        skew = spread == 0 ? 0.0 : (q[2] + q[0] - 2 * q[1]) / spread;
+    }
+    *status = BHV_FIGURES;
+    PyObject *mad_ratio = median > 0 ? PyFloat_FromDouble(mad / median) : Py_NewRef(Py_None);
+    PyObject *bowley = folded_n >= 4 ? PyFloat_FromDouble(skew) : Py_NewRef(Py_None);
+    if (mad_ratio != NULL && bowley != NULL)
+        out = Py_BuildValue("(nddOOLd)", count, median, cv, mad_ratio, bowley, missed, size_cv);
+    Py_XDECREF(mad_ratio);
+    Py_XDECREF(bowley);
+done:
+    PyMem_Free(times);
+    PyMem_Free(work);
+    return out;
+}
+
+static PyObject *BehaviourCore_beacon_figures(PyObject *unused, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "beacon_figures(series, min_interval_s) takes 2 arguments");
+        return NULL;
+    }
+    double min_interval = PyFloat_AsDouble(args[1]);
+    if (min_interval == -1.0 && PyErr_Occurred())
+        return NULL;
+    PyObject *items = PySequence_Fast(args[0], "beacon_figures: series must be a sequence");
+    if (items == NULL)
+        return NULL;
+    int status;
+    PyObject *out = bhv_figures(items, min_interval, Py_HUGE_VAL, 0, &status);
+    Py_DECREF(items);
+    if (status == BHV_DECLINED)
+        Py_RETURN_NONE;
+    return status == BHV_NO_BEACON ? PyTuple_New(0) : out;
+}
+
+/* The series holds min_connections: the judge unless its answer is known to be None here. */
+static int bhv_judge_beacon(BehaviourCoreObject *self, PyObject *flow, PyObject *key, PyObject *series, PyObject *visitors,
+                            Py_ssize_t prevalence, PyObject *out)
+{
+    PyObject *figures = NULL, *count;
+    if (self->fleet == NULL || self->fleet == Py_None) {
+        if (self->common_destination_agents && prevalence >= self->common_destination_agents)
+            return 0;  /* shared infrastructure */
+        PyObject *items = PySequence_Fast(series, "the series must be a sequence");
+        int status = BHV_FIGURES;
+        if (items != NULL) {
+            figures = bhv_figures(items, self->min_interval_s, self->max_cv + 0.001, self->min_connections, &status);
+            Py_DECREF(items);
+        }
+        if (status == BHV_NO_BEACON)
+            return 0;
+        if (figures == NULL && status != BHV_DECLINED)
+            return -1;
+    }
+    if ((count = PyLong_FromSsize_t(prevalence)) == NULL) {
+        Py_XDECREF(figures);
+        return -1;
+    }
+    int failed = bhv_keep(out, PyObject_CallMethodObjArgs((PyObject *)self, bhv_s_judge_beacon, flow, self->config, key,
+                                                         series, visitors, count, figures ? figures : Py_None, NULL));
+    Py_DECREF(count);
+    Py_XDECREF(figures);
+    return failed;
+}
+
 /* -- the connection series: _analyze_beaconing up to its judge --------------------------------------- */
 static int bhv_beaconing(BehaviourCoreObject *self, PyObject *flow, PyObject *agent, PyObject *bytes_out, PyObject *out)
 {
@@ -329,12 +889,11 @@ static int bhv_beaconing(BehaviourCoreObject *self, PyObject *flow, PyObject *ag
         }
         Py_DECREF(none);
     }
-    Py_ssize_t length = PyObject_Length(series);
-    if (length >= 0 && length >= self->min_connections)
-        failed = bhv_keep(out, PyObject_CallMethodObjArgs((PyObject *)self, bhv_s_judge_beacon, flow, self->config, key,
-                                                          series, visitors, NULL));
+    Py_ssize_t length = PyObject_Length(series), prevalence = 0;
+    if (length >= 0 && length >= self->min_connections && (prevalence = bhv_prevalence(self, visitors, last_ns)) >= 0)
+        failed = bhv_judge_beacon(self, flow, key, series, visitors, prevalence, out);
     else
-        failed = length < 0 ? -1 : 0;
+        failed = length < 0 || prevalence < 0 ? -1 : 0;
     Py_DECREF(series);
     Py_DECREF(visitors);
     goto done;
@@ -419,6 +978,7 @@ static int BehaviourCore_traverse(BehaviourCoreObject *self, visitproc visit, vo
     Py_VISIT(self->min_bytes);
     Py_VISIT(self->series_kwargs);
     Py_VISIT(self->ignore_ports);
+    Py_VISIT(self->prevalence_window_ns);
     return 0;
 }
 
@@ -438,6 +998,7 @@ static int BehaviourCore_clear(BehaviourCoreObject *self)
     Py_CLEAR(self->min_bytes);
     Py_CLEAR(self->series_kwargs);
     Py_CLEAR(self->ignore_ports);
+    Py_CLEAR(self->prevalence_window_ns);
     return 0;
 }
 
@@ -451,6 +1012,9 @@ static void BehaviourCore_dealloc(BehaviourCoreObject *self)
 
 static PyMethodDef BehaviourCore_methods[] = {
     {"analyze", (PyCFunction)BehaviourCore_analyze, METH_O, "analyze(flow) -> list[Detection]: the behaviour layer's detections."},
+    {"beacon_figures", (PyCFunction)(void (*)(void))BehaviourCore_beacon_figures, METH_FASTCALL | METH_STATIC,
+     "beacon_figures(series, min_interval_s) -> (connections, median, cv, mad/median | None, bowley | None, missed, "
+     "size_cv), () when too few intervals, None when only the Python gives the exact figures."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -486,12 +1050,16 @@ static int bhv_init(PyObject *module)
         {&bhv_attr_remote_ip, "remote_ip"}, {&bhv_attr_remote_port, "remote_port"}, {&bhv_attr_local_port, "local_port"},
         {&bhv_attr_transport, "transport"}, {&bhv_attr_bucket, "bucket"}, {&bhv_attr_total, "total"},
         {&bhv_attr_by_remote, "by_remote"}, {&bhv_attr_flow_ids, "flow_ids"}, {&bhv_attr_stats, "stats"}, {&bhv_attr_n, "n"},
+        {&bhv_attr_mean, "mean"}, {&bhv_attr_m2, "m2"}, {&bhv_attr_ema, "ema"}, {&bhv_attr_reference, "reference"},
+        {&bhv_attr_cusum, "cusum"}, {&bhv_attr_run_buckets, "run_buckets"}, {&bhv_attr_run_max_z, "run_max_z"},
+        {&bhv_attr_run_by_remote, "run_by_remote"},
     };
     for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++) {
         if (!dnsw_intern(&attrs[i].attr->name, attrs[i].name))
             return -1;
     }
     if (!dnsw_intern(&bhv_s_current, "current") || !dnsw_intern(&bhv_s_settings, "_settings") || !dnsw_intern(&bhv_s_roll, "_roll")
+        || !dnsw_intern(&bhv_s_cusum, "_cusum")
         || !dnsw_intern(&bhv_s_volume_alarm, "_volume_alarm") || !dnsw_intern(&bhv_s_judge_beacon, "_judge_beacon")
         || !dnsw_intern(&bhv_s_visited, "visited") || !dnsw_intern(&bhv_s_maxlen, "maxlen"))
         return -1;

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from collections import deque
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.behaviour import BehaviourLayer
 from appliance.detection.behaviour_reference import BehaviourLayerReference
 from appliance.model import Detection, FlowRecord, Transport
+from appliance.native.dpi import BehaviourCore
 from bench.pipeline_bench import finished_flows
 from tests.appliance.detection import scenarios as sc
 from tests.appliance.detection.test_behaviour_cusum import slow_exfiltration
@@ -121,7 +123,8 @@ def random_flows(seed: int, count: int, agents: int = 6) -> list[FlowRecord]:
         if roll < 0.05:
             first = clock[key] - rng.randrange(3600) * NS  # late, out of order
         elif roll < 0.07:
-            first = rng.choice([0, 0, -rng.randrange(10**12)])  # zero, or before the epoch (a broken clock)
+            # Zero, before the epoch or past int64 (a broken clock): the C takes Python's arithmetic for these.
+            first = rng.choice([0, 0, -rng.randrange(10**12), 2**64 - rng.randrange(10**12)])
         elif roll < 0.17:
             first = clock[key] + rng.randrange(NS // 2)  # a burst
         else:
@@ -231,3 +234,41 @@ def test_a_zero_window_fails_alike() -> None:
         reference.analyze(flow)
     with pytest.raises(ZeroDivisionError):
         fast.analyze(flow)
+
+
+def test_figures_the_c_does_not_read_take_the_python_path_alike() -> None:
+    """A baseline holding ints where the C reads floats (or a time past int64) is judged by the Python judges."""
+    rng = random.Random(8)
+    holder = AnalysisConfigHolder(eager_config(rng))
+    flows = random_flows(seed=8, count=1200)
+    fast, reference = layers(holder)
+    assert_same(flows[:600], holder, fast, reference)
+    for layer in (fast, reference):
+        for state in layer._volume.values():
+            state.stats.mean, state.reference.m2 = round(state.stats.mean), round(state.reference.m2)
+            state.cusum = int(state.cusum)
+    assert_same(flows[600:], holder, fast, reference, state_every=20)
+
+
+def test_beacon_figures_are_the_python_ones_bit_for_bit() -> None:
+    """series_scores (figures in C) equals beacon_scores on series of every shape, and the C declines only what
+    it cannot compute exactly."""
+    rng = random.Random(9)
+    declined = 0
+    for n in range(3000):
+        length = rng.choice([1, 2, 3, 4, 5, 8, 17, 64, 300])
+        period = rng.choice([1, 60, 61.7, 3600]) * NS
+        t = rng.choice([T0_NS, 0, -T0_NS])
+        series = []
+        for _ in range(length):
+            t += int(period * rng.choice([1, 1, 2, 3, 0.01, rng.uniform(0.5, 1.5), rng.uniform(0.97, 1.03)]))
+            series.append((t, rng.choice([0, 512, rng.randrange(10**6), 2**63 - 1, -5])))
+        if n % 7 == 0:
+            rng.shuffle(series)  # out of order
+        if n % 101 == 0:
+            series.append((2**62, 1))  # beyond what the C takes
+        min_interval = rng.choice([0.0, 0.5, 5.0, 61.0])
+        expected = behaviour.beacon_scores([s for s, _ in series], [b for _, b in series], min_interval)
+        assert behaviour.series_scores(deque(series), min_interval) == expected, (series, min_interval)
+        declined += BehaviourCore.beacon_figures(series, min_interval) is None
+    assert 0 < declined < 60
