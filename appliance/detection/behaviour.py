@@ -129,7 +129,7 @@ def series_scores(series: deque[tuple[int, int]], min_interval_s: float,
         return beacon_scores([s for s, _ in series], [b for _, b in series], min_interval_s)
     if not figures:
         return None
-    connections, median, cv, mad_over_median, skew, missed, size_cv = figures
+    connections, median, cv, mad_over_median, skew, missed, size_cv, _ = figures
     return {
         "connections": connections, "interval_median_s": round(median, 2), "interval_cv": round(cv, 3),
         "mad_over_median": round(mad_over_median, 3) if median > 0 else 1.0,
@@ -272,6 +272,7 @@ class BehaviourLayer(BehaviourCore):
         if not self._throttle.would_allow(throttled, flow.last_ns, config.detectors.report_interval_s):
             return None  # what the scores are cannot matter (they are computed without side effects)
         scores = series_scores(series, c.min_interval_s, figures)
+        first_ns = figures[-1] if figures else min(s for s, _ in series)
         if scores is None or scores["connections"] < c.min_connections or scores["interval_cv"] > c.max_cv:
             return None
         if not self._throttle.allow(throttled, flow.last_ns, config.detectors.report_interval_s):
@@ -286,7 +287,7 @@ class BehaviourLayer(BehaviourCore):
             "behaviour.beaconing", Category.BEACONING, confidence, Severity.MEDIUM, agent_id=flow.agent_id,
             indicator=address, protocol=transport_name(flow), transport=transport_name(flow),
             evidence={**scores, "remote_port": flow.remote_port, "prevalence_agents": prevalence, "reason": reason},
-            flow_ids=[flow.flow_id], first_ns=min(s for s, _ in series), last_ns=flow.last_ns, remote_ip=address)
+            flow_ids=[flow.flow_id], first_ns=first_ns, last_ns=flow.last_ns, remote_ip=address)
 
     # -- checkpoints (cluster: an analyzer taking over a partition restores its agents' baselines) -----
     def snapshot(self, agent_ids: set[str]) -> dict[str, dict[str, Any]]:

@@ -39,12 +39,12 @@
 #define BHV_TIME_LIMIT ((long long)1 << 62)
 #define BHV_EXACT ((long long)1 << 53)  /* ints below convert to double exactly */
 
-static dnsw_attr bhv_attr_agent_id, bhv_attr_flow_id, bhv_attr_first_ns, bhv_attr_last_ns, bhv_attr_bytes_out,
+static dnsw_attr bhv_attr_current, bhv_attr_agent_id, bhv_attr_flow_id, bhv_attr_first_ns, bhv_attr_last_ns, bhv_attr_bytes_out,
     bhv_attr_packets_out, bhv_attr_remote_ip, bhv_attr_remote_port, bhv_attr_local_port, bhv_attr_transport,
     bhv_attr_bucket, bhv_attr_total, bhv_attr_by_remote, bhv_attr_flow_ids, bhv_attr_stats, bhv_attr_n, bhv_attr_mean,
     bhv_attr_m2, bhv_attr_ema, bhv_attr_reference, bhv_attr_cusum, bhv_attr_run_buckets, bhv_attr_run_max_z,
     bhv_attr_run_by_remote;
-static PyObject *bhv_s_current, *bhv_s_settings, *bhv_s_roll, *bhv_s_cusum, *bhv_s_volume_alarm, *bhv_s_judge_beacon,
+static PyObject *bhv_s_settings, *bhv_s_roll, *bhv_s_cusum, *bhv_s_volume_alarm, *bhv_s_judge_beacon,
     *bhv_s_visited, *bhv_s_maxlen;
 static PyObject *bhv_deque, *bhv_deque_append, *bhv_zero, *bhv_port_floor;
 
@@ -57,6 +57,7 @@ typedef struct {
     PyObject *visitors;     /* dict: (remote_ip, remote_port) -> dict agent_id -> last seen ns */
     PyObject *fleet;        /* FleetPrevalence, None or NULL */
     PyObject *make_volume;  /* _Volume */
+    PyObject *key, *destination;  /* the last lookup tuples (bhv_lookup_key), or NULL */
     PyObject *tcp, *udp;    /* Transport.TCP, Transport.UDP */
     Py_ssize_t max_keys;
     /* From the config in force. */
@@ -79,6 +80,22 @@ static int bhv_small(PyObject *o, long long *value)
 {
     if (!PyLong_CheckExact(o))
         return 0;
+#if PY_VERSION_HEX >= 0x030C0000
+    if (PyUnstable_Long_IsCompact((PyLongObject *)o)) {
+        *value = (long long)PyUnstable_Long_CompactValue((PyLongObject *)o);
+        return 1;
+    }
+#else
+    /* Ints of up to two 30-bit digits (ports, addresses, byte counts) without the call. */
+    Py_ssize_t size = Py_SIZE(o);
+    if (size >= -2 && size <= 2) {
+        const digit *d = ((PyLongObject *)o)->ob_digit;
+        long long magnitude = size == 0 ? 0 : size == 1 || size == -1 ? (long long)d[0]
+                                                                     : (long long)d[0] | (long long)d[1] << PyLong_SHIFT;
+        *value = size < 0 ? -magnitude : magnitude;
+        return 1;
+    }
+#endif
     int overflow;
     *value = PyLong_AsLongLongAndOverflow(o, &overflow);
     return !overflow && !(*value == -1 && PyErr_Occurred());
@@ -459,30 +476,44 @@ static PyObject *bhv_roll(BehaviourCoreObject *self, PyObject *flow, PyObject *s
 }
 
 /* -- the volume window: _analyze_volume up to its judges --------------------------------------------- */
-static int bhv_volume(BehaviourCoreObject *self, PyObject *flow, PyObject *agent, PyObject *bytes_out, PyObject *out)
+static int bhv_volume(BehaviourCoreObject *self, PyObject *flow, PyObject *agent, PyObject *bytes_out, PyObject *last_ns,
+                      PyObject *remote_ip, PyObject *out)
 {
     int failed = -1, c;
-    PyObject *bucket = NULL, *current = NULL, *total = NULL, *sum = NULL, *by_remote = NULL, *remote_ip = NULL,
-             *flow_id = NULL, *flow_ids = NULL, *stats = NULL, *n = NULL, *last_ns = NULL;
+    long long time, width, open;
+    PyObject *bucket = NULL, *current = NULL, *total = NULL, *sum = NULL, *by_remote = NULL, *flow_id = NULL,
+             *flow_ids = NULL, *stats = NULL, *n = NULL;
     PyObject *state = bhv_entry(self->volume, agent, self->max_keys, bhv_make_volume, self);
     if (state == NULL)
         return -1;
     Py_INCREF(state);  /* a judge may empty the dict */
-    if ((last_ns = dnsw_get(flow, &bhv_attr_last_ns)) == NULL || (bucket = bhv_floor_divide(last_ns, self->bucket_ns)) == NULL
-        || (current = dnsw_get(state, &bhv_attr_bucket)) == NULL || (c = bhv_compare(bucket, current, Py_GT)) < 0)
+    if ((current = dnsw_get(state, &bhv_attr_bucket)) == NULL)
         goto done;
-    if (c) {
-        if (bhv_keep(out, bhv_roll(self, flow, state, current, bucket)) < 0)
+    if (bhv_small(last_ns, &time) && bhv_small(self->bucket_ns, &width) && width > 0 && bhv_small(current, &open)) {
+        /* The usual case without a new int: the flow falls in the open window (or a closed one: late). */
+        long long q = time / width - (time % width != 0 && time < 0);
+        if (q <= open)
+            bucket = Py_NewRef(current);
+        else if ((bucket = PyLong_FromLongLong(q)) == NULL || bhv_keep(out, bhv_roll(self, flow, state, current, bucket)) < 0)
             goto done;
     }
-    else if ((c = bhv_compare(bucket, current, Py_LT)) < 0)
+    else {
+        PyErr_Clear();
+        if ((bucket = bhv_floor_divide(last_ns, self->bucket_ns)) == NULL || (c = bhv_compare(bucket, current, Py_GT)) < 0)
+            goto done;
+        if (c) {
+            if (bhv_keep(out, bhv_roll(self, flow, state, current, bucket)) < 0)
+                goto done;
+        }
+        else if ((c = bhv_compare(bucket, current, Py_LT)) < 0)
+            goto done;
+        else if (c)
+            Py_SETREF(bucket, Py_NewRef(current));  /* a late flow counts in the open window */
+    }
+    if ((total = dnsw_get(state, &bhv_attr_total)) == NULL)
         goto done;
-    else if (c)
-        Py_SETREF(bucket, Py_NewRef(current));  /* a late flow counts in the open window */
-    if ((total = dnsw_get(state, &bhv_attr_total)) == NULL || (sum = bhv_add(total, bytes_out)) == NULL
-        || bhv_set(state, &bhv_attr_total, sum) < 0)
-        goto done;
-    if ((by_remote = dnsw_get(state, &bhv_attr_by_remote)) == NULL || (remote_ip = dnsw_get(flow, &bhv_attr_remote_ip)) == NULL)
+    Py_SETREF(total, bhv_add(total, bytes_out));
+    if (total == NULL || bhv_set(state, &bhv_attr_total, total) < 0 || (by_remote = dnsw_get(state, &bhv_attr_by_remote)) == NULL)
         goto done;
     if (!PyDict_Check(by_remote)) {
         PyErr_SetString(PyExc_TypeError, "_Volume.by_remote must be a dict");
@@ -491,8 +522,7 @@ static int bhv_volume(BehaviourCoreObject *self, PyObject *flow, PyObject *agent
     PyObject *sent = PyDict_GetItemWithError(by_remote, remote_ip);
     if (sent == NULL && PyErr_Occurred())
         goto done;
-    Py_SETREF(sum, bhv_add(sent ? sent : bhv_zero, bytes_out));
-    if (sum == NULL || PyDict_SetItem(by_remote, remote_ip, sum) < 0)
+    if ((sum = bhv_add(sent ? sent : bhv_zero, bytes_out)) == NULL || PyDict_SetItem(by_remote, remote_ip, sum) < 0)
         goto done;
     if ((flow_id = dnsw_get(flow, &bhv_attr_flow_id)) == NULL || (flow_ids = dnsw_get(state, &bhv_attr_flow_ids)) == NULL
         || bhv_append(flow_ids, flow_id) < 0)
@@ -501,8 +531,7 @@ static int bhv_volume(BehaviourCoreObject *self, PyObject *flow, PyObject *agent
         || (c = bhv_compare(n, self->warmup_buckets, Py_LT)) < 0)
         goto done;
     if (!c) {
-        Py_SETREF(total, dnsw_get(state, &bhv_attr_total));
-        if (total == NULL || (c = bhv_compare(total, self->min_bytes, Py_LT)) < 0)
+        if ((c = bhv_compare(total, self->min_bytes, Py_LT)) < 0)
             goto done;
         if (!c && bhv_keep(out, PyObject_CallMethodObjArgs((PyObject *)self, bhv_s_volume_alarm, flow, state, bucket,
                                                            self->config, NULL)) < 0)
@@ -511,13 +540,11 @@ static int bhv_volume(BehaviourCoreObject *self, PyObject *flow, PyObject *agent
     failed = 0;
 done:
     Py_DECREF(state);
-    Py_XDECREF(last_ns);
     Py_XDECREF(bucket);
     Py_XDECREF(current);
     Py_XDECREF(total);
     Py_XDECREF(sum);
     Py_XDECREF(by_remote);
-    Py_XDECREF(remote_ip);
     Py_XDECREF(flow_id);
     Py_XDECREF(flow_ids);
     Py_XDECREF(stats);
@@ -680,7 +707,7 @@ static double bhv_round_half_even(double x)
 
 enum { BHV_FIGURES, BHV_DECLINED, BHV_NO_BEACON };
 
-/* (connections, median, cv, mad / median or None, Bowley skew or None, missed beats, size cv) of a series
+/* (connections, median, cv, mad / median or None, Bowley skew or None, missed beats, size cv, first start) of a series
  * (*status BHV_FIGURES; NULL and *status BHV_FIGURES on an error), or NULL and *status:
  *   BHV_NO_BEACON  beacon_scores gives None (too few intervals), or the judge certainly refuses the series:
  *                  fewer connections than min_connections, or cv > cv_cutoff (the caller's max_cv + 0.001:
@@ -791,7 +818,7 @@ static PyObject *bhv_figures(PyObject *items, double min_interval, double cv_cut
     PyObject *mad_ratio = median > 0 ? PyFloat_FromDouble(mad / median) : Py_NewRef(Py_None);
     PyObject *bowley = folded_n >= 4 ? PyFloat_FromDouble(skew) : Py_NewRef(Py_None);
     if (mad_ratio != NULL && bowley != NULL)
-        out = Py_BuildValue("(nddOOLd)", count, median, cv, mad_ratio, bowley, missed, size_cv);
+        out = Py_BuildValue("(nddOOLdL)", count, median, cv, mad_ratio, bowley, missed, size_cv, times[0]);
     Py_XDECREF(mad_ratio);
     Py_XDECREF(bowley);
 done:
@@ -850,12 +877,36 @@ static int bhv_judge_beacon(BehaviourCoreObject *self, PyObject *flow, PyObject 
     return failed;
 }
 
+/* A tuple of `size` items (a, b[, c]) to look a dict up with: the last one again when nothing but this layer
+ * holds it (a dict that took it as a key, or a judge that kept it, holds it too: then a new one), its items
+ * replaced as PyTuple_SetItem allows for a tuple nobody else refers to. Saves two tuples per flow. From
+ * 3.14 on, tuples cache their hash: a new one every time. A new reference. */
+static PyObject *bhv_lookup_key(PyObject **last, Py_ssize_t size, PyObject *a, PyObject *b, PyObject *c)
+{
+#if PY_VERSION_HEX >= 0x030E0000
+    return size == 3 ? PyTuple_Pack(3, a, b, c) : PyTuple_Pack(2, a, b);
+#else
+    PyObject *items[3] = {a, b, c};
+    if (*last == NULL || Py_REFCNT(*last) != 1) {
+        Py_XSETREF(*last, PyTuple_New(size));
+        if (*last == NULL)
+            return NULL;
+    }
+    for (Py_ssize_t i = 0; i < size; i++) {
+        Py_INCREF(items[i]);
+        Py_XSETREF(PyTuple_GET_ITEM(*last, i), items[i]);
+    }
+    return Py_NewRef(*last);
+#endif
+}
+
 /* -- the connection series: _analyze_beaconing up to its judge --------------------------------------- */
-static int bhv_beaconing(BehaviourCoreObject *self, PyObject *flow, PyObject *agent, PyObject *bytes_out, PyObject *out)
+static int bhv_beaconing(BehaviourCoreObject *self, PyObject *flow, PyObject *agent, PyObject *bytes_out, PyObject *last_ns,
+                         PyObject *remote_ip, PyObject *out)
 {
     int failed = -1, c;
-    PyObject *packets_out = NULL, *remote_port = NULL, *local_port = NULL, *remote_ip = NULL, *key = NULL,
-             *first_ns = NULL, *point = NULL, *destination = NULL, *last_ns = NULL, *series, *visitors;
+    PyObject *packets_out = NULL, *remote_port = NULL, *local_port = NULL, *key = NULL, *first_ns = NULL, *point = NULL,
+             *destination = NULL, *series, *visitors;
     if ((packets_out = dnsw_get(flow, &bhv_attr_packets_out)) == NULL || (c = bhv_compare(packets_out, bhv_zero, Py_EQ)) < 0)
         goto done;
     if (c || (remote_port = dnsw_get(flow, &bhv_attr_remote_port)) == NULL || (c = bhv_ignored(self, remote_port)) != 0
@@ -865,17 +916,18 @@ static int bhv_beaconing(BehaviourCoreObject *self, PyObject *flow, PyObject *ag
         goto done;
     if (c && (c = bhv_compare(bhv_port_floor, remote_port, Py_LE)) != 0)
         goto skipped;  /* the agent is the server side of this flow (or an error, c < 0) */
-    if ((remote_ip = dnsw_get(flow, &bhv_attr_remote_ip)) == NULL
-        || (key = PyTuple_Pack(3, agent, remote_ip, remote_port)) == NULL
+    if ((key = bhv_lookup_key(&self->key, 3, agent, remote_ip, remote_port)) == NULL
         || (series = bhv_entry(self->series, key, self->max_keys, bhv_make_series, self)) == NULL)
         goto done;
     if ((first_ns = dnsw_get(flow, &bhv_attr_first_ns)) == NULL || (point = PyTuple_Pack(2, first_ns, bytes_out)) == NULL
         || bhv_append(series, point) < 0)
         goto done;
+    if (PyLong_CheckExact(first_ns) && PyLong_CheckExact(bytes_out))
+        PyObject_GC_UnTrack(point);  /* two ints, in no cycle ever: kept out of the collector's young scans */
     Py_INCREF(series);  /* held across the calls below, which may empty the dicts */
-    if ((destination = PyTuple_Pack(2, remote_ip, remote_port)) == NULL
+    if ((destination = bhv_lookup_key(&self->destination, 2, remote_ip, remote_port, NULL)) == NULL
         || (visitors = bhv_entry(self->visitors, destination, self->max_keys, bhv_make_visitors, NULL)) == NULL
-        || (last_ns = dnsw_get(flow, &bhv_attr_last_ns)) == NULL || PyDict_SetItem(visitors, agent, last_ns) < 0) {
+        || PyDict_SetItem(visitors, agent, last_ns) < 0) {
         Py_DECREF(series);
         goto done;
     }
@@ -903,12 +955,10 @@ done:
     Py_XDECREF(packets_out);
     Py_XDECREF(remote_port);
     Py_XDECREF(local_port);
-    Py_XDECREF(remote_ip);
     Py_XDECREF(key);
     Py_XDECREF(first_ns);
     Py_XDECREF(point);
     Py_XDECREF(destination);
-    Py_XDECREF(last_ns);
     return failed;
 }
 
@@ -918,21 +968,26 @@ static PyObject *BehaviourCore_analyze(BehaviourCoreObject *self, PyObject *flow
         PyErr_SetString(PyExc_RuntimeError, "BehaviourCore.__init__ was not called");
         return NULL;
     }
-    PyObject *config = PyObject_GetAttr(self->holder, bhv_s_current);
+    PyObject *config = dnsw_get(self->holder, &bhv_attr_current);
     if (config == NULL)
         return NULL;
     int failed = config != self->config && bhv_configure(self, config) < 0;
     Py_DECREF(config);  /* self->config holds it */
     if (failed)
         return NULL;
-    PyObject *out = PyList_New(0), *agent = NULL, *bytes_out = NULL, *transport = NULL;
+    PyObject *out = PyList_New(0), *agent = NULL, *bytes_out = NULL, *last_ns = NULL, *remote_ip = NULL, *transport = NULL;
     if (out == NULL || (agent = dnsw_get(flow, &bhv_attr_agent_id)) == NULL
-        || (bytes_out = dnsw_get(flow, &bhv_attr_bytes_out)) == NULL || bhv_volume(self, flow, agent, bytes_out, out) < 0
+        || (bytes_out = dnsw_get(flow, &bhv_attr_bytes_out)) == NULL || (last_ns = dnsw_get(flow, &bhv_attr_last_ns)) == NULL
+        || (remote_ip = dnsw_get(flow, &bhv_attr_remote_ip)) == NULL
+        || bhv_volume(self, flow, agent, bytes_out, last_ns, remote_ip, out) < 0
         || (transport = dnsw_get(flow, &bhv_attr_transport)) == NULL
-        || ((transport == self->tcp || transport == self->udp) && bhv_beaconing(self, flow, agent, bytes_out, out) < 0))
+        || ((transport == self->tcp || transport == self->udp)
+            && bhv_beaconing(self, flow, agent, bytes_out, last_ns, remote_ip, out) < 0))
         Py_CLEAR(out);
     Py_XDECREF(agent);
     Py_XDECREF(bytes_out);
+    Py_XDECREF(last_ns);
+    Py_XDECREF(remote_ip);
     Py_XDECREF(transport);
     return out;
 }
@@ -971,6 +1026,8 @@ static int BehaviourCore_traverse(BehaviourCoreObject *self, visitproc visit, vo
     Py_VISIT(self->visitors);
     Py_VISIT(self->fleet);
     Py_VISIT(self->make_volume);
+    Py_VISIT(self->key);
+    Py_VISIT(self->destination);
     Py_VISIT(self->tcp);
     Py_VISIT(self->udp);
     Py_VISIT(self->bucket_ns);
@@ -991,6 +1048,8 @@ static int BehaviourCore_clear(BehaviourCoreObject *self)
     Py_CLEAR(self->visitors);
     Py_CLEAR(self->fleet);
     Py_CLEAR(self->make_volume);
+    Py_CLEAR(self->key);
+    Py_CLEAR(self->destination);
     Py_CLEAR(self->tcp);
     Py_CLEAR(self->udp);
     Py_CLEAR(self->bucket_ns);
@@ -1014,7 +1073,7 @@ static PyMethodDef BehaviourCore_methods[] = {
     {"analyze", (PyCFunction)BehaviourCore_analyze, METH_O, "analyze(flow) -> list[Detection]: the behaviour layer's detections."},
     {"beacon_figures", (PyCFunction)(void (*)(void))BehaviourCore_beacon_figures, METH_FASTCALL | METH_STATIC,
      "beacon_figures(series, min_interval_s) -> (connections, median, cv, mad/median | None, bowley | None, missed, "
-     "size_cv), () when too few intervals, None when only the Python gives the exact figures."},
+     "size_cv, first start), () when too few intervals, None when only the Python gives the exact figures."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1045,7 +1104,7 @@ static PyTypeObject BehaviourCoreType = {
 static int bhv_init(PyObject *module)
 {
     struct { dnsw_attr *attr; const char *name; } attrs[] = {
-        {&bhv_attr_agent_id, "agent_id"}, {&bhv_attr_flow_id, "flow_id"}, {&bhv_attr_first_ns, "first_ns"},
+        {&bhv_attr_current, "current"}, {&bhv_attr_agent_id, "agent_id"}, {&bhv_attr_flow_id, "flow_id"}, {&bhv_attr_first_ns, "first_ns"},
         {&bhv_attr_last_ns, "last_ns"}, {&bhv_attr_bytes_out, "bytes_out"}, {&bhv_attr_packets_out, "packets_out"},
         {&bhv_attr_remote_ip, "remote_ip"}, {&bhv_attr_remote_port, "remote_port"}, {&bhv_attr_local_port, "local_port"},
         {&bhv_attr_transport, "transport"}, {&bhv_attr_bucket, "bucket"}, {&bhv_attr_total, "total"},
@@ -1058,7 +1117,7 @@ static int bhv_init(PyObject *module)
         if (!dnsw_intern(&attrs[i].attr->name, attrs[i].name))
             return -1;
     }
-    if (!dnsw_intern(&bhv_s_current, "current") || !dnsw_intern(&bhv_s_settings, "_settings") || !dnsw_intern(&bhv_s_roll, "_roll")
+    if (!dnsw_intern(&bhv_s_settings, "_settings") || !dnsw_intern(&bhv_s_roll, "_roll")
         || !dnsw_intern(&bhv_s_cusum, "_cusum")
         || !dnsw_intern(&bhv_s_volume_alarm, "_volume_alarm") || !dnsw_intern(&bhv_s_judge_beacon, "_judge_beacon")
         || !dnsw_intern(&bhv_s_visited, "visited") || !dnsw_intern(&bhv_s_maxlen, "maxlen"))
