@@ -174,7 +174,7 @@ class BehaviourLayer(BehaviourCore):
         v, b = config.volume, config.beaconing
         return (int(v.bucket_s * _NS), v.warmup_buckets, v.min_bytes, b.history, b.min_connections, b.ignore_ports,
                 b.common_destination_agents, int(b.prevalence_window_s * _NS), b.min_interval_s, b.max_cv,
-                v.cusum, v.ema_alpha, v.cusum_k)
+                v.cusum, v.ema_alpha, v.cusum_k, config.detectors.report_interval_s, v.cusum_h, float(v.cusum_min_bytes))
 
     def _roll(self, flow: FlowRecord, state: _Volume, bucket: int, config: AnalysisConfig) -> Detection | None:
         """A flow opened a later window: the closed one (and the quiet ones after it) join the baselines."""

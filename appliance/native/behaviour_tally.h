@@ -14,7 +14,9 @@
  *     self._volume_alarm(flow, state, bucket, config)  the window holds min_bytes and the baseline is warm
  *     self._judge_beacon(flow, config, key, series, visitors, prevalence, figures)  the series holds
  *         min_connections; with a fleet, always (figures None: the fleet is asked first); without, when the
- *         destination is not common and the series' figures (bhv_figures) do not already rule a beacon out
+ *         destination is not common, self._throttle.would_allow(("beacon", agent, address, port), ...) and the
+ *         series' figures (bhv_figures) do not already rule a beacon out (neither has side effects: asked
+ *         before the judge's own tests, they change nothing but what is computed)
  * each returning a Detection or None. The state stays in the Python objects the judges, `snapshot` and
  * `restore` use: the dicts, the slotted _Volume dataclass (its slots are read and written where they are,
  * as dnsw_get does), the deques. behaviour_reference.py is the Python twin the tests hold this to.
@@ -28,7 +30,8 @@
  * BehaviourCore(holder, volume, series, visitors, make_volume, max_keys, tcp, udp)
  *     holder.current is read per flow; when it is another object than last time, self._settings(config)
  *     gives (bucket_ns, warmup_buckets, min_bytes, history, min_connections, ignore_ports,
- *     common_destination_agents, prevalence_window_ns, min_interval_s, max_cv, cusum, ema_alpha, cusum_k).
+ *     common_destination_agents, prevalence_window_ns, min_interval_s, max_cv, cusum, ema_alpha, cusum_k,
+ *     report_interval_s, cusum_h, cusum_min_bytes).
  *     .analyze(flow) -> list[Detection]     .fleet: FleetPrevalence or None (read per flow)
  *     ._volume, ._series, ._visitors: the dicts above (read-only attributes)
  */
@@ -43,8 +46,8 @@ static dnsw_attr bhv_attr_current, bhv_attr_agent_id, bhv_attr_flow_id, bhv_attr
     bhv_attr_packets_out, bhv_attr_remote_ip, bhv_attr_remote_port, bhv_attr_local_port, bhv_attr_transport,
     bhv_attr_bucket, bhv_attr_total, bhv_attr_by_remote, bhv_attr_flow_ids, bhv_attr_stats, bhv_attr_n, bhv_attr_mean,
     bhv_attr_m2, bhv_attr_ema, bhv_attr_reference, bhv_attr_cusum, bhv_attr_run_buckets, bhv_attr_run_max_z,
-    bhv_attr_run_by_remote;
-static PyObject *bhv_s_settings, *bhv_s_roll, *bhv_s_cusum, *bhv_s_volume_alarm, *bhv_s_judge_beacon,
+    bhv_attr_run_by_remote, bhv_attr_run_first_ns;
+static PyObject *bhv_s_throttle, *bhv_s_would_allow, *bhv_s_beacon, *bhv_s_settings, *bhv_s_roll, *bhv_s_cusum, *bhv_s_volume_alarm, *bhv_s_judge_beacon,
     *bhv_s_visited, *bhv_s_maxlen;
 static PyObject *bhv_deque, *bhv_deque_append, *bhv_zero, *bhv_port_floor;
 
@@ -65,11 +68,12 @@ typedef struct {
     PyObject *series_kwargs;  /* {"maxlen": history} */
     PyObject *ignore_ports;   /* the config's sequence, for ports that are not plain ints in range */
     PyObject *prevalence_window_ns;
+    PyObject *report_interval_s;  /* detectors.report_interval_s */
     Py_ssize_t min_connections, common_destination_agents;
     double min_interval_s, max_cv;
     int cusum;                 /* volume.cusum */
     long long warmup;          /* volume.warmup_buckets */
-    double ema_alpha, cusum_k;
+    double ema_alpha, cusum_k, cusum_h, cusum_min_bytes;
     unsigned char ignored[BHV_PORTS / 8];
 } BehaviourCoreObject;
 
@@ -170,11 +174,12 @@ static int bhv_configure(BehaviourCoreObject *self, PyObject *config)
         return -1;
     PyObject *bucket_ns, *warmup, *min_bytes, *history, *ignore_ports, *window_ns;
     Py_ssize_t min_connections, common;
-    double min_interval, max_cv, ema_alpha, cusum_k;
+    PyObject *report_interval;
+    double min_interval, max_cv, ema_alpha, cusum_k, cusum_h, cusum_min_bytes;
     int cusum;
-    if (!PyArg_ParseTuple(settings, "OOOOnOnOddpdd:BehaviourCore settings", &bucket_ns, &warmup, &min_bytes, &history,
+    if (!PyArg_ParseTuple(settings, "OOOOnOnOddpddOdd:BehaviourCore settings", &bucket_ns, &warmup, &min_bytes, &history,
                           &min_connections, &ignore_ports, &common, &window_ns, &min_interval, &max_cv, &cusum,
-                          &ema_alpha, &cusum_k)) {
+                          &ema_alpha, &cusum_k, &report_interval, &cusum_h, &cusum_min_bytes)) {
         Py_DECREF(settings);
         return -1;
     }
@@ -202,6 +207,7 @@ static int bhv_configure(BehaviourCoreObject *self, PyObject *config)
     Py_INCREF(min_bytes);
     Py_INCREF(config);
     Py_XSETREF(self->prevalence_window_ns, Py_NewRef(window_ns));
+    Py_XSETREF(self->report_interval_s, Py_NewRef(report_interval));
     self->common_destination_agents = common;
     self->min_interval_s = min_interval;
     self->max_cv = max_cv;
@@ -209,6 +215,8 @@ static int bhv_configure(BehaviourCoreObject *self, PyObject *config)
     self->warmup = warmup_count;
     self->ema_alpha = ema_alpha;
     self->cusum_k = cusum_k;
+    self->cusum_h = cusum_h;
+    self->cusum_min_bytes = cusum_min_bytes;  /* float(volume.cusum_min_bytes) */
     Py_XSETREF(self->bucket_ns, bucket_ns);
     Py_XSETREF(self->warmup_buckets, warmup);
     Py_XSETREF(self->min_bytes, min_bytes);
@@ -375,8 +383,67 @@ static int bhv_clear(PyObject *table)
     return none == NULL ? -1 : 0;
 }
 
-/* _cusum(flow, state, value, config) for one closed window: here while the reference warms up or the window
- * leaves the sum at zero (the arithmetic of _cusum's first lines, in its order); otherwise the figures are
+/* _cusum's bookkeeping of a window that leaves the sum at `sum` > 0, when it raises no alarm: 1 done, 0 the
+ * Python's (the alarm, which builds the detection, or fields that are not a plain int, float and dicts; nothing
+ * changed then), -1 on an error. mean and std are the reference's, as _cusum computed them. */
+static int bhv_run(BehaviourCoreObject *self, PyObject *state, bhv_windows *ws, double value, double sum, double std)
+{
+    PyObject *run_by_remote = dnsw_get(state, &bhv_attr_run_by_remote), *by_remote = NULL, *run_buckets = NULL,
+             *run_max_z = NULL, *first = NULL, *bucket = NULL;
+    long long runs;
+    int done = -1;
+    if (run_by_remote == NULL || (by_remote = dnsw_get(state, &bhv_attr_by_remote)) == NULL
+        || (run_buckets = dnsw_get(state, &bhv_attr_run_buckets)) == NULL || (run_max_z = dnsw_get(state, &bhv_attr_run_max_z)) == NULL)
+        goto out;
+    done = 0;
+    if (!PyDict_CheckExact(run_by_remote) || !PyDict_CheckExact(by_remote) || !PyFloat_CheckExact(run_max_z)
+        || !bhv_small(run_buckets, &runs) || runs < 0 || runs >= LLONG_MAX) {
+        PyErr_Clear();
+        goto out;
+    }
+    double threshold = self->cusum_h * std;
+    threshold = self->cusum_min_bytes > threshold ? self->cusum_min_bytes : threshold;
+    int accumulate = value != 0.0 && PyDict_GET_SIZE(run_by_remote) < 10000;
+    if (!(sum < threshold) && (PyDict_GET_SIZE(run_by_remote) || (accumulate && PyDict_GET_SIZE(by_remote))))
+        goto out;  /* the alarm */
+    done = -1;
+    if (runs == 0) {
+        if ((bucket = dnsw_get(state, &bhv_attr_bucket)) == NULL || (first = PyNumber_Multiply(bucket, self->bucket_ns)) == NULL
+            || bhv_set(state, &bhv_attr_run_first_ns, first) < 0)
+            goto out;
+    }
+    double z = (value - ws->reference.mean) / std, max_z = PyFloat_AS_DOUBLE(run_max_z);
+    if (bhv_set_number(state, &bhv_attr_run_buckets, PyLong_FromLongLong(runs + 1)) < 0
+        || (z > max_z && bhv_set_number(state, &bhv_attr_run_max_z, PyFloat_FromDouble(z)) < 0))
+        goto out;
+    if (accumulate) {
+        PyObject *remote, *sent;
+        Py_ssize_t at = 0;
+        while (PyDict_Next(by_remote, &at, &remote, &sent)) {
+            PyObject *before = PyDict_GetItemWithError(run_by_remote, remote), *added;
+            if ((before == NULL && PyErr_Occurred()) || (added = bhv_add(before ? before : bhv_zero, sent)) == NULL)
+                goto out;
+            int failed = PyDict_SetItem(run_by_remote, remote, added) < 0;
+            Py_DECREF(added);
+            if (failed)
+                goto out;
+        }
+    }
+    ws->cusum = sum;
+    done = 1;
+out:
+    Py_XDECREF(run_by_remote);
+    Py_XDECREF(by_remote);
+    Py_XDECREF(run_buckets);
+    Py_XDECREF(run_max_z);
+    Py_XDECREF(first);
+    Py_XDECREF(bucket);
+    return done;
+}
+
+/* _cusum(flow, state, value, config) for one closed window: here while the reference warms up, when the window
+ * leaves the sum at zero (the arithmetic of _cusum's first lines, in its order) or adds to a run without raising
+ * the alarm (bhv_run); otherwise (the alarm, or figures the C does not read) the figures are
  * stored and the Python judges the window (computing the same sum again from them), and they are loaded
  * again (*loaded: 1, or 0 when the Python left other than plain figures). A Detection, None, or NULL. */
 static PyObject *bhv_cusum(BehaviourCoreObject *self, PyObject *flow, PyObject *state, bhv_windows *ws, double value,
@@ -406,6 +473,11 @@ static PyObject *bhv_cusum(BehaviourCoreObject *self, PyObject *flow, PyObject *
                 return NULL;
             Py_RETURN_NONE;
         }
+        int run = bhv_run(self, state, ws, value, sum, std);
+        if (run < 0)
+            return NULL;
+        if (run)
+            Py_RETURN_NONE;
     }
     PyObject *number = PyFloat_FromDouble(value), *found = NULL;
     if (number != NULL && bhv_windows_store(state, ws) >= 0) {
@@ -847,14 +919,42 @@ static PyObject *BehaviourCore_beacon_figures(PyObject *unused, PyObject *const 
     return status == BHV_NO_BEACON ? PyTuple_New(0) : out;
 }
 
+/* self._throttle.would_allow(("beacon", str(agent), str(address), str(port)), now, report_interval_s): the
+ * judge's last test, asked first (it records nothing). 1, 0, or -1 on an error. */
+static int bhv_would_allow(BehaviourCoreObject *self, PyObject *key, PyObject *now_ns)
+{
+    PyObject *throttled = PyTuple_New(4), *throttle = NULL, *answer = NULL;
+    int allowed = -1;
+    if (throttled == NULL)
+        return -1;
+    PyTuple_SET_ITEM(throttled, 0, Py_NewRef(bhv_s_beacon));
+    for (Py_ssize_t i = 0; i < 3; i++) {
+        PyObject *text = PyObject_Str(PyTuple_GET_ITEM(key, i));
+        if (text == NULL)
+            goto done;
+        PyTuple_SET_ITEM(throttled, i + 1, text);
+    }
+    if ((throttle = PyObject_GetAttr((PyObject *)self, bhv_s_throttle)) != NULL
+        && (answer = PyObject_CallMethodObjArgs(throttle, bhv_s_would_allow, throttled, now_ns, self->report_interval_s, NULL)) != NULL)
+        allowed = PyObject_IsTrue(answer);
+done:
+    Py_DECREF(throttled);
+    Py_XDECREF(throttle);
+    Py_XDECREF(answer);
+    return allowed;
+}
+
 /* The series holds min_connections: the judge unless its answer is known to be None here. */
 static int bhv_judge_beacon(BehaviourCoreObject *self, PyObject *flow, PyObject *key, PyObject *series, PyObject *visitors,
-                            Py_ssize_t prevalence, PyObject *out)
+                            Py_ssize_t prevalence, PyObject *last_ns, PyObject *out)
 {
     PyObject *figures = NULL, *count;
     if (self->fleet == NULL || self->fleet == Py_None) {
         if (self->common_destination_agents && prevalence >= self->common_destination_agents)
             return 0;  /* shared infrastructure */
+        int allowed = bhv_would_allow(self, key, last_ns);
+        if (allowed <= 0)
+            return allowed;  /* reported lately (0), or an error */
         PyObject *items = PySequence_Fast(series, "the series must be a sequence");
         int status = BHV_FIGURES;
         if (items != NULL) {
@@ -943,7 +1043,7 @@ static int bhv_beaconing(BehaviourCoreObject *self, PyObject *flow, PyObject *ag
     }
     Py_ssize_t length = PyObject_Length(series), prevalence = 0;
     if (length >= 0 && length >= self->min_connections && (prevalence = bhv_prevalence(self, visitors, last_ns)) >= 0)
-        failed = bhv_judge_beacon(self, flow, key, series, visitors, prevalence, out);
+        failed = bhv_judge_beacon(self, flow, key, series, visitors, prevalence, last_ns, out);
     else
         failed = length < 0 || prevalence < 0 ? -1 : 0;
     Py_DECREF(series);
@@ -1036,6 +1136,7 @@ static int BehaviourCore_traverse(BehaviourCoreObject *self, visitproc visit, vo
     Py_VISIT(self->series_kwargs);
     Py_VISIT(self->ignore_ports);
     Py_VISIT(self->prevalence_window_ns);
+    Py_VISIT(self->report_interval_s);
     return 0;
 }
 
@@ -1058,6 +1159,7 @@ static int BehaviourCore_clear(BehaviourCoreObject *self)
     Py_CLEAR(self->series_kwargs);
     Py_CLEAR(self->ignore_ports);
     Py_CLEAR(self->prevalence_window_ns);
+    Py_CLEAR(self->report_interval_s);
     return 0;
 }
 
@@ -1111,13 +1213,14 @@ static int bhv_init(PyObject *module)
         {&bhv_attr_by_remote, "by_remote"}, {&bhv_attr_flow_ids, "flow_ids"}, {&bhv_attr_stats, "stats"}, {&bhv_attr_n, "n"},
         {&bhv_attr_mean, "mean"}, {&bhv_attr_m2, "m2"}, {&bhv_attr_ema, "ema"}, {&bhv_attr_reference, "reference"},
         {&bhv_attr_cusum, "cusum"}, {&bhv_attr_run_buckets, "run_buckets"}, {&bhv_attr_run_max_z, "run_max_z"},
-        {&bhv_attr_run_by_remote, "run_by_remote"},
+        {&bhv_attr_run_by_remote, "run_by_remote"}, {&bhv_attr_run_first_ns, "run_first_ns"},
     };
     for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++) {
         if (!dnsw_intern(&attrs[i].attr->name, attrs[i].name))
             return -1;
     }
-    if (!dnsw_intern(&bhv_s_settings, "_settings") || !dnsw_intern(&bhv_s_roll, "_roll")
+    if (!dnsw_intern(&bhv_s_throttle, "_throttle") || !dnsw_intern(&bhv_s_would_allow, "would_allow")
+        || !dnsw_intern(&bhv_s_beacon, "beacon") || !dnsw_intern(&bhv_s_settings, "_settings") || !dnsw_intern(&bhv_s_roll, "_roll")
         || !dnsw_intern(&bhv_s_cusum, "_cusum")
         || !dnsw_intern(&bhv_s_volume_alarm, "_volume_alarm") || !dnsw_intern(&bhv_s_judge_beacon, "_judge_beacon")
         || !dnsw_intern(&bhv_s_visited, "visited") || !dnsw_intern(&bhv_s_maxlen, "maxlen"))
