@@ -269,8 +269,9 @@ class BehaviourLayer(BehaviourCore):
         if c.common_destination_agents and prevalence >= c.common_destination_agents:
             return None
         throttled = ("beacon",) + tuple(map(str, key))
-        if not self._throttle.would_allow(throttled, flow.last_ns, config.detectors.report_interval_s):
-            return None  # what the scores are cannot matter (they are computed without side effects)
+        if figures is None and not self._throttle.would_allow(throttled, flow.last_ns, config.detectors.report_interval_s):
+            return None  # what the scores are cannot matter (they are computed without side effects); with
+            # figures, the C asked already
         scores = series_scores(series, c.min_interval_s, figures)
         first_ns = figures[-1] if figures else min(s for s, _ in series)
         if scores is None or scores["connections"] < c.min_connections or scores["interval_cv"] > c.max_cv:

@@ -599,11 +599,13 @@ static int bhv_volume(BehaviourCoreObject *self, PyObject *flow, PyObject *agent
     if ((flow_id = dnsw_get(flow, &bhv_attr_flow_id)) == NULL || (flow_ids = dnsw_get(state, &bhv_attr_flow_ids)) == NULL
         || bhv_append(flow_ids, flow_id) < 0)
         goto done;
-    if ((stats = dnsw_get(state, &bhv_attr_stats)) == NULL || (n = dnsw_get(stats, &bhv_attr_n)) == NULL
-        || (c = bhv_compare(n, self->warmup_buckets, Py_LT)) < 0)
+    /* `stats.n < warmup_buckets or total < min_bytes`, the second asked first (neither has side effects): most
+       windows never hold min_bytes, and the baseline's count is another object to read. */
+    if ((c = bhv_compare(total, self->min_bytes, Py_LT)) < 0)
         goto done;
     if (!c) {
-        if ((c = bhv_compare(total, self->min_bytes, Py_LT)) < 0)
+        if ((stats = dnsw_get(state, &bhv_attr_stats)) == NULL || (n = dnsw_get(stats, &bhv_attr_n)) == NULL
+            || (c = bhv_compare(n, self->warmup_buckets, Py_LT)) < 0)
             goto done;
         if (!c && bhv_keep(out, PyObject_CallMethodObjArgs((PyObject *)self, bhv_s_volume_alarm, flow, state, bucket,
                                                            self->config, NULL)) < 0)
