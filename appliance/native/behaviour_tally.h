@@ -7,9 +7,10 @@
  * ids) and the connection series and visitors of its destination. Here that bookkeeping is the C method
  * BehaviourCore.analyze; the judges, which compute floating point figures and build evidence, stay in
  * Python and are called only when one can fire (the same tests as the Python before them):
- *     self._cusum(flow, state, value, config)        a closed window leaves the CUSUM above zero (else the
- *                                                    window's Welford and CUSUM arithmetic is done here)
- *     self._roll(flow, state, bucket, config)          the same when the state holds other than the plain
+ *     self._cusum(flow, state, value, config)        a closed window raises the CUSUM alarm, or holds figures
+ *                                                    other than the plain floats the C reads (the warm-up, the
+ *                                                    zero sum and a run's bookkeeping are done here: bhv_cusum)
+ *     self._roll(flow, state, bucket, config)          closing windows when the state holds other than the plain
  *                                                    ints and floats the C reads (never from BehaviourLayer)
  *     self._volume_alarm(flow, state, bucket, config)  the window holds min_bytes and the baseline is warm
  *     self._judge_beacon(flow, config, key, series, visitors, prevalence, figures)  the series holds
