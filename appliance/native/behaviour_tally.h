@@ -49,7 +49,7 @@ static dnsw_attr bhv_attr_current, bhv_attr_agent_id, bhv_attr_flow_id, bhv_attr
     bhv_attr_m2, bhv_attr_ema, bhv_attr_reference, bhv_attr_cusum, bhv_attr_run_buckets, bhv_attr_run_max_z,
     bhv_attr_run_by_remote, bhv_attr_run_first_ns;
 static PyObject *bhv_s_throttle, *bhv_s_would_allow, *bhv_s_beacon, *bhv_s_settings, *bhv_s_roll, *bhv_s_cusum, *bhv_s_volume_alarm, *bhv_s_judge_beacon,
-    *bhv_s_visited, *bhv_s_maxlen;
+    *bhv_s_visited;
 static PyObject *bhv_deque, *bhv_deque_append, *bhv_zero, *bhv_port_floor;
 
 typedef struct {
@@ -66,7 +66,7 @@ typedef struct {
     Py_ssize_t max_keys;
     /* From the config in force. */
     PyObject *bucket_ns, *warmup_buckets, *min_bytes;
-    PyObject *series_kwargs;  /* {"maxlen": history} */
+    PyObject *series_args;  /* ((), history): deque((), history) is deque(maxlen=history), without keywords to parse */
     PyObject *ignore_ports;   /* the config's sequence, for ports that are not plain ints in range */
     PyObject *prevalence_window_ns;
     PyObject *report_interval_s;  /* detectors.report_interval_s */
@@ -189,10 +189,10 @@ static int bhv_configure(BehaviourCoreObject *self, PyObject *config)
         Py_DECREF(settings);
         return -1;
     }
-    PyObject *kwargs = Py_BuildValue("{OO}", bhv_s_maxlen, history);
-    PyObject *ports = kwargs ? PySequence_Fast(ignore_ports, "ignore_ports must be a sequence") : NULL;
+    PyObject *series_args = Py_BuildValue("(()O)", history);
+    PyObject *ports = series_args ? PySequence_Fast(ignore_ports, "ignore_ports must be a sequence") : NULL;
     if (ports == NULL) {
-        Py_XDECREF(kwargs);
+        Py_XDECREF(series_args);
         Py_DECREF(settings);
         return -1;
     }
@@ -221,7 +221,7 @@ static int bhv_configure(BehaviourCoreObject *self, PyObject *config)
     Py_XSETREF(self->bucket_ns, bucket_ns);
     Py_XSETREF(self->warmup_buckets, warmup);
     Py_XSETREF(self->min_bytes, min_bytes);
-    Py_XSETREF(self->series_kwargs, kwargs);
+    Py_XSETREF(self->series_args, series_args);
     Py_XSETREF(self->ignore_ports, ports);
     Py_XSETREF(self->config, config);
     self->min_connections = min_connections;
@@ -262,10 +262,7 @@ static PyObject *bhv_make_volume(void *self)
 
 static PyObject *bhv_make_series(void *self)
 {
-    static PyObject *no_args;
-    if (no_args == NULL && (no_args = PyTuple_New(0)) == NULL)
-        return NULL;
-    return PyObject_Call(bhv_deque, no_args, ((BehaviourCoreObject *)self)->series_kwargs);
+    return PyObject_Call(bhv_deque, ((BehaviourCoreObject *)self)->series_args, NULL);
 }
 
 static PyObject *bhv_make_visitors(void *unused)
@@ -1136,7 +1133,7 @@ static int BehaviourCore_traverse(BehaviourCoreObject *self, visitproc visit, vo
     Py_VISIT(self->bucket_ns);
     Py_VISIT(self->warmup_buckets);
     Py_VISIT(self->min_bytes);
-    Py_VISIT(self->series_kwargs);
+    Py_VISIT(self->series_args);
     Py_VISIT(self->ignore_ports);
     Py_VISIT(self->prevalence_window_ns);
     Py_VISIT(self->report_interval_s);
@@ -1159,7 +1156,7 @@ static int BehaviourCore_clear(BehaviourCoreObject *self)
     Py_CLEAR(self->bucket_ns);
     Py_CLEAR(self->warmup_buckets);
     Py_CLEAR(self->min_bytes);
-    Py_CLEAR(self->series_kwargs);
+    Py_CLEAR(self->series_args);
     Py_CLEAR(self->ignore_ports);
     Py_CLEAR(self->prevalence_window_ns);
     Py_CLEAR(self->report_interval_s);
@@ -1226,7 +1223,7 @@ static int bhv_init(PyObject *module)
         || !dnsw_intern(&bhv_s_beacon, "beacon") || !dnsw_intern(&bhv_s_settings, "_settings") || !dnsw_intern(&bhv_s_roll, "_roll")
         || !dnsw_intern(&bhv_s_cusum, "_cusum")
         || !dnsw_intern(&bhv_s_volume_alarm, "_volume_alarm") || !dnsw_intern(&bhv_s_judge_beacon, "_judge_beacon")
-        || !dnsw_intern(&bhv_s_visited, "visited") || !dnsw_intern(&bhv_s_maxlen, "maxlen"))
+        || !dnsw_intern(&bhv_s_visited, "visited"))
         return -1;
     if (bhv_deque == NULL) {
         PyObject *collections = PyImport_ImportModule("collections");
