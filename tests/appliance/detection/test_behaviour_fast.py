@@ -17,7 +17,7 @@ import pytest
 from appliance.detection import behaviour
 from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.analysis_config_holder import AnalysisConfigHolder
-from appliance.model import FlowRecord
+from appliance.model import FlowRecord, Transport
 from appliance.native.dpi import BehaviourCore
 from bench.pipeline_bench import finished_flows
 from tests.appliance.detection import scenarios as sc
@@ -157,3 +157,24 @@ def test_beacon_figures_are_the_python_ones_bit_for_bit() -> None:
         assert behaviour.series_scores(deque(series), min_interval) == expected, (series, min_interval)
         declined += BehaviourCore.beacon_figures(series, min_interval) is None
     assert 0 < declined < 60
+
+
+def test_the_cv_cutoff_decides_as_the_rounded_cv_does() -> None:
+    """The C rules a series out when its cv is above max_cv + 0.001 (round(cv, 3) is then above max_cv): with
+    max_cv set around a beacon's own cv, on both sides of the cutoff and of the rounding, the reports are the
+    reference's, and some settings report it while others do not."""
+    rng = random.Random(30)
+    t, flows = T0_NS, []
+    for n in range(40):
+        t += int(60 * NS * rng.uniform(0.9, 1.1))
+        flows.append(FlowRecord(f"cv{n:06d}", "agent-cv", 6, Transport.TCP, 0x0A000105, 40_000 + n, 0xC6336414, 8443, t,
+                                t + NS, 10, 10, 900 + rng.randrange(50), 1000, 900, 500, 0x1B, 0, "", "tcp_close", [], []))
+    cv = BehaviourCore.beacon_figures([(f.first_ns, f.bytes_out) for f in flows], 5.0)[2]
+    reported = set()
+    for offset in (-0.003, -0.0011, -0.001, -0.0006, -0.0005, -0.0004, 0.0, 0.0004, 0.0005, 0.0006, 0.001, 0.0011, 0.003):
+        config = AnalysisConfig.model_validate({"detectors": {"report_interval_s": 1.0},
+                                                "beaconing": {"max_cv": cv + offset, "min_connections": 8}})
+        holder = AnalysisConfigHolder(config)
+        found = assert_same(flows, holder, *layers(holder))
+        reported.add(found.get("behaviour.beaconing", 0) > 0)
+    assert reported == {True, False}
