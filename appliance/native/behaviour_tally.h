@@ -278,7 +278,7 @@ static int bhv_append(PyObject *deque, PyObject *item)
     return none == NULL ? -1 : 0;
 }
 
-/* -- closing windows: BehaviourLayer._roll and the zero-sum path of _cusum ---------------------------- */
+/* -- closing windows: BehaviourLayer._roll, and _cusum short of its alarm ------------------------------- */
 typedef struct {
     long long n;
     double mean, m2, ema;
