@@ -284,10 +284,11 @@ class BehaviourLayer(BehaviourCore):
         address = flow.remote_addr
         reason = (f"{int(scores['connections'])} connections to {address}:{flow.remote_port} every "
                   f"{scores['interval_median_s']:.0f} s (interval CV {cv:.2f})")
+        scores.update(remote_port=flow.remote_port, prevalence_agents=prevalence, reason=reason)  # the evidence
+        transport = transport_name(flow)
         return make_detection(
             "behaviour.beaconing", Category.BEACONING, confidence, Severity.MEDIUM, agent_id=flow.agent_id,
-            indicator=address, protocol=transport_name(flow), transport=transport_name(flow),
-            evidence={**scores, "remote_port": flow.remote_port, "prevalence_agents": prevalence, "reason": reason},
+            indicator=address, protocol=transport, transport=transport, evidence=scores,
             flow_ids=[flow.flow_id], first_ns=first_ns, last_ns=flow.last_ns, remote_ip=address)
 
     # -- checkpoints (cluster: an analyzer taking over a partition restores its agents' baselines) -----
