@@ -12,6 +12,9 @@ from appliance.detection.analysis_config_store import ConfigStore, load_analysis
 class AnalysisConfigHolder:
     """The config in force; `replace` validates nothing (callers pass a validated object)."""
 
+    # Slots: the layers read `current` once per flow (the behaviour layer's C reads the slot where it is).
+    __slots__ = ("current", "_store", "_listeners")
+
     def __init__(self, config: AnalysisConfig, store: ConfigStore | None = None) -> None:
         self.current = config
         self._store = store

@@ -28,6 +28,7 @@ from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.detections import Throttle, make_detection, transport_name
 from appliance.model import Category, Detection, FlowRecord, Severity, Transport, ip_str
+from appliance.native.dpi import BehaviourCore
 
 _NS = 1_000_000_000
 _MAX_KEYS = 200_000
@@ -118,6 +119,26 @@ def beacon_scores(starts: list[int], sizes: list[int], min_interval_s: float) ->
     }
 
 
+def series_scores(series: deque[tuple[int, int]], min_interval_s: float,
+                  figures: tuple[Any, ...] | None = None) -> dict[str, float] | None:
+    """beacon_scores of a connection series [(start ns, bytes out)], its figures computed in C
+    (BehaviourCore.beacon_figures: the same operations, bit for bit) unless only the Python can."""
+    if figures is None:
+        figures = BehaviourCore.beacon_figures(series, min_interval_s)
+    if figures is None:
+        return beacon_scores([s for s, _ in series], [b for _, b in series], min_interval_s)
+    if not figures:
+        return None
+    connections, median, cv, mad_over_median, skew, missed, size_cv, _ = figures
+    return {
+        "connections": connections, "interval_median_s": round(median, 2), "interval_cv": round(cv, 3),
+        "mad_over_median": round(mad_over_median, 3) if median > 0 else 1.0,
+        "bowley_skew": round(skew, 3) if skew is not None else 0.0,
+        "missed_beats": missed, "size_cv": round(size_cv, 3),
+        "size_score": round(max(0.0, 1.0 - size_cv), 3),
+    }
+
+
 class FleetPrevalence(Protocol):
     """Destination prevalence shared beyond this layer's agents (a cluster analyzer sees only some)."""
 
@@ -129,69 +150,65 @@ class FleetPrevalence(Protocol):
         ...
 
 
-class BehaviourLayer:
-    """Volume anomaly per agent and beaconing per (agent, destination address, port)."""
+class BehaviourLayer(BehaviourCore):
+    """Volume anomaly per agent and beaconing per (agent, destination address, port).
+
+    `analyze` is BehaviourCore's (appliance/native/behaviour_tally.h): the bookkeeping every flow does,
+    in C, on the Python state below. It calls the judges here only when one can fire; they are the Python
+    they were (behaviour_reference.py holds the whole layer as it was, for the tests)."""
 
     name = "behaviour"
+    _volume: dict[str, _Volume]
+    _series: dict[tuple[str, int, int], deque[tuple[int, int]]]
+    _visitors: dict[tuple[int, int], dict[str, int]]  # destination -> agent -> last seen ns
+    fleet: FleetPrevalence | None  # None: this layer sees every agent (standalone); else shared prevalence (cluster)
 
     def __init__(self, config: AnalysisConfigHolder, fleet: FleetPrevalence | None = None) -> None:
+        super().__init__(config, {}, {}, {}, _Volume, _MAX_KEYS, Transport.TCP, Transport.UDP)
         self._config = config
-        self.fleet = fleet  # None: this layer sees every agent (standalone); else shared prevalence (cluster)
-        self._volume: dict[str, _Volume] = {}
-        self._series: dict[tuple[str, int, int], deque[tuple[int, int]]] = {}
-        self._visitors: dict[tuple[int, int], dict[str, int]] = {}  # destination -> agent -> last seen ns
+        self.fleet = fleet
         self._throttle = Throttle()
 
-    def analyze(self, flow: FlowRecord) -> list[Detection]:
-        config = self._config.current
-        out = self._analyze_volume(flow, config)
-        if flow.transport is Transport.TCP or flow.transport is Transport.UDP:
-            out.extend(self._analyze_beaconing(flow, config))
-        return out
+    def _settings(self, config: AnalysisConfig) -> tuple[Any, ...]:
+        """What the C accounting reads of a new config in force."""
+        v, b = config.volume, config.beaconing
+        return (int(v.bucket_s * _NS), v.warmup_buckets, v.min_bytes, b.history, b.min_connections, b.ignore_ports,
+                b.common_destination_agents, int(b.prevalence_window_s * _NS), b.min_interval_s, b.max_cv,
+                v.cusum, v.ema_alpha, v.cusum_k, config.detectors.report_interval_s, v.cusum_h, float(v.cusum_min_bytes))
 
-    def _analyze_volume(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
+    def _roll(self, flow: FlowRecord, state: _Volume, bucket: int, config: AnalysisConfig) -> Detection | None:
+        """A flow opened a later window: the closed one (and the quiet ones after it) join the baselines."""
         c = config.volume
-        state = self._volume.get(flow.agent_id)
-        if state is None:
-            if len(self._volume) >= _MAX_KEYS:
-                self._volume.clear()
-            state = self._volume[flow.agent_id] = _Volume()
-        bucket = flow.last_ns // int(c.bucket_s * _NS)
-        out: list[Detection] = []
-        if bucket > state.bucket:
-            if state.bucket >= 0:
-                found = self._cusum(flow, state, float(state.total), config)
-                state.stats.add(float(state.total), c.ema_alpha)
-                for _ in range(min(bucket - state.bucket - 1, 60)):  # quiet buckets are part of the baseline
-                    quiet = self._cusum(flow, state, 0.0, config)
-                    found = found or quiet
-                    state.stats.add(0.0, c.ema_alpha)
-                if found is not None:
-                    out.append(found)
-            state.bucket, state.total = bucket, 0
-            state.by_remote.clear()
-        elif bucket < state.bucket:
-            bucket = state.bucket  # a late flow counts in the open bucket
-        state.total += flow.bytes_out
-        state.by_remote[flow.remote_ip] = state.by_remote.get(flow.remote_ip, 0) + flow.bytes_out
-        state.flow_ids.append(flow.flow_id)
+        found = None
+        if state.bucket >= 0:
+            found = self._cusum(flow, state, float(state.total), config)
+            state.stats.add(float(state.total), c.ema_alpha)
+            for _ in range(min(bucket - state.bucket - 1, 60)):  # quiet buckets are part of the baseline
+                quiet = self._cusum(flow, state, 0.0, config)
+                found = found or quiet
+                state.stats.add(0.0, c.ema_alpha)
+        state.bucket, state.total = bucket, 0
+        state.by_remote.clear()
+        return found
+
+    def _volume_alarm(self, flow: FlowRecord, state: _Volume, bucket: int, config: AnalysisConfig) -> Detection | None:
+        """The open window holds at least min_bytes and the baseline is warm: its z-score judged."""
+        c = config.volume
         stats = state.stats
-        if stats.n < c.warmup_buckets or state.total < c.min_bytes:
-            return out
         z = stats.z(float(state.total))
         if z < c.z_threshold or not self._throttle.allow(("volume", flow.agent_id), flow.last_ns, config.detectors.report_interval_s):
-            return out
+            return None
         top_ip = max(state.by_remote, key=state.by_remote.__getitem__)
         address = ip_str(top_ip)
         confidence = 0.45 + 0.35 * min(1.0, (z - c.z_threshold) / (3 * c.z_threshold))
         reason = f"{state.total} bytes out in {c.bucket_s:.0f} s, {z:.1f} standard deviations above this agent's baseline"
-        return out + [make_detection(
+        return make_detection(
             "behaviour.volume", Category.VOLUME_ANOMALY, confidence, Severity.MEDIUM, agent_id=flow.agent_id,
             indicator=address, protocol=transport_name(flow), transport=transport_name(flow),
             evidence={"bytes_out": state.total, "bucket_s": c.bucket_s, "baseline_mean": round(stats.mean),
                       "baseline_std": round(stats.std), "ema": round(stats.ema), "z_score": round(z, 2),
                       "baseline_buckets": stats.n, "top_destination_bytes": state.by_remote[top_ip], "reason": reason},
-            flow_ids=list(state.flow_ids), first_ns=bucket * int(c.bucket_s * _NS), last_ns=flow.last_ns, remote_ip=address)]
+            flow_ids=list(state.flow_ids), first_ns=bucket * int(c.bucket_s * _NS), last_ns=flow.last_ns, remote_ip=address)
 
     def _cusum(self, flow: FlowRecord, state: _Volume, value: float, config: AnalysisConfig) -> Detection | None:
         """Adds one closed window's bytes to the agent's CUSUM; a detection when the sum crosses its threshold."""
@@ -238,59 +255,41 @@ class BehaviourLayer:
                       "top_destination_bytes": top_bytes, "reason": reason},
             flow_ids=list(state.flow_ids), first_ns=first_ns, last_ns=flow.last_ns, remote_ip=address)
 
-    @staticmethod
-    def _prevalence(visitors: dict[str, int], now_ns: int, window_s: float) -> int:
-        horizon = now_ns - int(window_s * _NS)
-        for agent in [a for a, seen in visitors.items() if seen < horizon]:
-            del visitors[agent]
-        return len(visitors)
-
-    def _analyze_beaconing(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
+    def _judge_beacon(self, flow: FlowRecord, config: AnalysisConfig, key: tuple[str, int, int],
+                      series: deque[tuple[int, int]], visitors: dict[str, int], prevalence: int,
+                      figures: tuple[Any, ...] | None) -> Detection | None:
+        """The series holds min_connections, `prevalence` of this layer's agents reached its destination (the C
+        forgot the others) and, with no fleet, the destination is not common and `figures` (beacon_figures,
+        None when only the Python computes them) do not rule a beacon out: its regularity judged."""
         c = config.beaconing
-        if flow.packets_out == 0 or flow.remote_port in c.ignore_ports or flow.local_port in c.ignore_ports:
-            return []
-        if flow.local_port < 1024 <= flow.remote_port:
-            return []  # the agent is the server side of this flow
-        key = (flow.agent_id, flow.remote_ip, flow.remote_port)
-        series = self._series.get(key)
-        if series is None:
-            if len(self._series) >= _MAX_KEYS:
-                self._series.clear()
-            series = self._series[key] = deque(maxlen=c.history)
-        series.append((flow.first_ns, flow.bytes_out))
-        visitors = self._visitors.get(key[1:])
-        if visitors is None:
-            if len(self._visitors) >= _MAX_KEYS:
-                self._visitors.clear()
-            visitors = self._visitors[key[1:]] = {}
-        visitors[flow.agent_id] = flow.last_ns
         fleet = self.fleet
-        if fleet is not None:
-            fleet.visited(key[1:], flow.agent_id, flow.last_ns)
-        if len(series) < c.min_connections:
-            return []
-        prevalence = self._prevalence(visitors, flow.last_ns, c.prevalence_window_s)
         if fleet is not None and c.common_destination_agents and prevalence < c.common_destination_agents:
             since = flow.last_ns - int(c.prevalence_window_s * _NS)
             prevalence = len(fleet.agents(key[1:], since) | visitors.keys())
         if c.common_destination_agents and prevalence >= c.common_destination_agents:
-            return []
-        scores = beacon_scores([s for s, _ in series], [b for _, b in series], c.min_interval_s)
+            return None
+        throttled = ("beacon",) + tuple(map(str, key))
+        if figures is None and not self._throttle.would_allow(throttled, flow.last_ns, config.detectors.report_interval_s):
+            return None  # what the scores are cannot matter (they are computed without side effects); with
+            # figures, the C asked already
+        scores = series_scores(series, c.min_interval_s, figures)
+        first_ns = figures[-1] if figures else min(s for s, _ in series)
         if scores is None or scores["connections"] < c.min_connections or scores["interval_cv"] > c.max_cv:
-            return []
-        if not self._throttle.allow(("beacon",) + tuple(map(str, key)), flow.last_ns, config.detectors.report_interval_s):
-            return []
+            return None
+        if not self._throttle.allow(throttled, flow.last_ns, config.detectors.report_interval_s):
+            return None
         cv = scores["interval_cv"]
         confidence = (0.5 + 0.2 * (1 - cv / c.max_cv if c.max_cv else 1.0) + 0.15 * scores["size_score"]
                       + 0.15 * min(1.0, (scores["connections"] - c.min_connections) / (2 * c.min_connections)))
         address = flow.remote_addr
         reason = (f"{int(scores['connections'])} connections to {address}:{flow.remote_port} every "
                   f"{scores['interval_median_s']:.0f} s (interval CV {cv:.2f})")
-        return [make_detection(
+        scores.update(remote_port=flow.remote_port, prevalence_agents=prevalence, reason=reason)  # the evidence
+        transport = transport_name(flow)
+        return make_detection(
             "behaviour.beaconing", Category.BEACONING, confidence, Severity.MEDIUM, agent_id=flow.agent_id,
-            indicator=address, protocol=transport_name(flow), transport=transport_name(flow),
-            evidence={**scores, "remote_port": flow.remote_port, "prevalence_agents": prevalence, "reason": reason},
-            flow_ids=[flow.flow_id], first_ns=min(s for s, _ in series), last_ns=flow.last_ns, remote_ip=address)]
+            indicator=address, protocol=transport, transport=transport, evidence=scores,
+            flow_ids=[flow.flow_id], first_ns=first_ns, last_ns=flow.last_ns, remote_ip=address)
 
     # -- checkpoints (cluster: an analyzer taking over a partition restores its agents' baselines) -----
     def snapshot(self, agent_ids: set[str]) -> dict[str, dict[str, Any]]:
@@ -329,6 +328,7 @@ class BehaviourLayer:
         if restored is not None:
             self._volume[agent_id] = restored
         self._series.update(series)
+
 
 def _welford_state(w: Welford) -> list[float]:
     return [w.n, w.mean, w.m2, w.ema]

@@ -37,6 +37,8 @@
  *     NameScorer.features' per-character work (dpi/dga.py), held to its Python twin by tests/appliance/native/test_dpi.py.
  * SuffixSplitter
  *     RegisteredDomains.split: registered domains by the public suffix list's rules (suffix_split.h).
+ * BehaviourCore
+ *     The behaviour layer's per-flow accounting (behaviour_tally.h, the twin of behaviour_reference.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -180,6 +182,7 @@ static PyObject *label_features(PyObject *module, PyObject *const *args, Py_ssiz
 
 #include "dns_windows.h"
 #include "suffix_split.h"
+#include "behaviour_tally.h"
 
 static PyObject *ascii_text(const char *text, size_t len)
 {
@@ -888,7 +891,9 @@ static int dpi_exec(PyObject *module)
         return -1;
     if (PyType_Ready(&SlotMakerType) < 0 || PyModule_AddObjectRef(module, "SlotMaker", (PyObject *)&SlotMakerType) < 0)
         return -1;
-    return dnsw_init(module);
+    if (dnsw_init(module) < 0)
+        return -1;
+    return bhv_init(module);
 }
 
 static int dpi_clear(PyObject *module)
