@@ -18,7 +18,7 @@ from typing import Any
 from appliance.detection.detections import transport_name
 from appliance.detection.facts import FlowFacts
 from appliance.detection.signatures.fields import FIELDS, PROTOCOLS, QTYPES, RCODES
-from appliance.detection.signatures.operators import OPERATORS
+from appliance.detection.signatures.operators import OPERATORS, required_literal
 from appliance.detection.signatures.rules import Rule
 from appliance.model import FlowRecord
 
@@ -151,7 +151,13 @@ def compile_lazy(rules: tuple[Rule, ...]) -> ItemMatcher:
                 lookup, remembered = memoised(condition.test)
                 tests.append(remembered)
                 lookups.append(lookup)
-                constants.append(None)
+                required = required_literal(condition.value) if condition.op == "regex" else ""
+                constants.append(required)
+                if required:
+                    # The regex test's own literal prefilter (operators.py), ahead of the memo: most new names
+                    # lack the literal, and a substring test says so for less than the memo's miss and store.
+                    checks.append(f"(not {value}.isascii() or K[{position}] in v{f}.lower())")
+                    value = f"v{f}"
                 # The memo is asked first: the value is fetched there, so the test on a miss reads the variable.
                 checks.append(f"(r if (r := L[{position}]({value})) is not None else T[{position}](v{f}))")
             elif inline is None:
@@ -230,7 +236,7 @@ def compile_scan(protocol: str, rules: tuple[Rule, ...]) -> Scan:
         def scan(flow: FlowRecord, facts: FlowFacts) -> Sequence[tuple[int, Any]]:
             return _first_hits(flow, [m for m in flow.dns if m.qname], match)
     else:
-        scan = _dns_scan(match)
+        scan = _dns_scan(rules, match, ITEM_MEMO_ENTRIES)  # read at each compile: tests patch a small bound in
     return scan
 
 
@@ -255,14 +261,80 @@ def _first_hits(flow: FlowRecord, items: Sequence[Any], match: ItemMatcher) -> S
     return sorted(first, key=_rule_index) if first else _NO_HITS
 
 
-def _dns_scan(match: ItemMatcher, entries: int = ITEM_MEMO_ENTRIES) -> Scan:
-    """The DNS scan when the rules read only the messages' fields (none of the flow's): a message's hits
-    are a function of (qname, qtype, rcode of a response), memoised under that key. A flow carries 7-8
-    messages on the bench corpus, mostly the same few names (a query and its answer, A and AAAA), and
-    names come back flow after flow. A dict: keyed SipHash of the attacker-chosen names; bounded, a full
-    memo starts over."""
-    memo: dict[tuple[str, int, int], int] = {}
-    lookup = memo.get
+# The DNS fields a message's hits depend on, split by what each is a function of: the question type (its
+# text), the response code (its text; "" for a query) and the name (the name itself and its length).
+_DNS_PARTS = {"dns.qtype": "qtype", "dns.rcode": "rcode", "dns.qname": "qname", "dns.qname_length": "qname"}
+
+
+def _part_tests(rules: tuple[Rule, ...], part: str) -> tuple[tuple[tuple[str, Callable[[Any], bool]], ...], ...]:
+    """Per rule, its conditions on one part of a DNS message: (field, test), regex and cidr answers memoised
+    as in the generated matcher (the same bounds)."""
+    return tuple(tuple((c.field, memoised_test(c) if c.op in MEMOISED_OPERATORS else c.test)
+                       for c in rule.conditions if _DNS_PARTS[c.field] == part) for rule in rules)
+
+
+def memoised_test(condition: Any) -> Callable[[Any], bool]:
+    """The condition's test behind its bounded memo (memoised above), as one call."""
+    lookup, remembered = memoised(condition.test)
+
+    def test(value: Any) -> bool:
+        answer = lookup(value)
+        return remembered(value) if answer is None else answer
+
+    return test
+
+
+def _dns_scan(rules: tuple[Rule, ...], match: ItemMatcher, entries: int = ITEM_MEMO_ENTRIES) -> Scan:
+    """The DNS scan when the rules read only the messages' fields (none of the flow's). A rule holds for a
+    message when its conditions on each part hold (a conjunction, and the tests are pure), so a message's
+    hits are `alive & name hits`: `alive`, the rules whose qtype and rcode conditions hold, from two small
+    tables (memoised per qtype and per response code); the name hits, evaluated only for the alive rules,
+    memoised per (alive, name): a query and its answer, A and AAAA share one entry, and the costly name
+    tests (regexes) never run for a rule the message's type or code already rules out. A flow carries 7-8
+    messages on the bench corpus, mostly the same few names, and names come back flow after flow. Dicts:
+    keyed SipHash of the attacker-chosen names (str hashes are cached in the string: no key tuple per
+    message); bounded, a full memo starts over."""
+    type_tests, code_tests, name_tests = (_part_tests(rules, part) for part in ("qtype", "rcode", "qname"))
+    qtype_of, rcode_of, length_of = GETTERS["dns.qtype"], GETTERS["dns.rcode"], GETTERS["dns.qname_length"]
+
+    def holding(tests: tuple[tuple[tuple[str, Callable[[Any], bool]], ...], ...], value: Any, wanted: int) -> int:
+        hits = 0
+        for i in rule_indexes(wanted):
+            if all(test(value) for _, test in tests[i]):
+                hits |= 1 << i
+        return hits
+
+    everyone = (1 << len(rules)) - 1
+    type_memo: dict[int, int] = {}
+    code_memo: dict[int, int] = {}  # responses' codes
+    query_alive = holding(code_tests, rcode_of(None, _Message(is_response=False)), everyone)
+    by_alive: dict[int, dict[str, int]] = {}  # alive -> name -> hits (a subset of alive)
+    size = [0]
+
+    def type_miss(qtype: int) -> int:
+        if len(type_memo) >= entries:
+            type_memo.clear()
+        hits = type_memo[qtype] = holding(type_tests, qtype_of(None, _Message(qtype=qtype)), everyone)
+        return hits
+
+    def code_miss(rcode: int) -> int:
+        if len(code_memo) >= entries:
+            code_memo.clear()
+        hits = code_memo[rcode] = holding(code_tests, rcode_of(None, _Message(is_response=True, rcode=rcode)), everyone)
+        return hits
+
+    def name_miss(flow: FlowRecord, m: Any, alive: int) -> int:
+        if size[0] >= entries or len(by_alive) >= entries:
+            by_alive.clear()
+            size[0] = 0
+        names = by_alive.get(alive)
+        if names is None:
+            names = by_alive[alive] = {}
+        hits = names[m.qname] = match(flow, m)
+        size[0] += 1
+        return hits
+
+    type_get, code_get, alive_get = type_memo.get, code_memo.get, by_alive.get
 
     def scan(flow: FlowRecord, facts: FlowFacts) -> Sequence[tuple[int, Any]]:
         reported = 0  # rules that matched an earlier message
@@ -271,13 +343,20 @@ def _dns_scan(match: ItemMatcher, entries: int = ITEM_MEMO_ENTRIES) -> Scan:
             qname = m.qname
             if not qname:
                 continue
-            key = (qname, m.qtype, m.rcode if m.is_response else -1)
-            hits = lookup(key)
+            alive = type_get(m.qtype)
+            if alive is None:
+                alive = type_miss(m.qtype)
+            if m.is_response:
+                code = code_get(m.rcode)
+                alive &= code_miss(m.rcode) if code is None else code
+            else:
+                alive &= query_alive
+            if not alive:
+                continue
+            names = alive_get(alive)
+            hits = None if names is None else names.get(qname)
             if hits is None:
-                hits = match(flow, m)
-                if len(memo) >= entries:
-                    memo.clear()
-                memo[key] = hits
+                hits = name_miss(flow, m, alive)
             if hits:
                 new = hits & ~reported
                 if new:
@@ -288,6 +367,15 @@ def _dns_scan(match: ItemMatcher, entries: int = ITEM_MEMO_ENTRIES) -> Scan:
         return sorted(first, key=_rule_index) if first else _NO_HITS
 
     return scan
+
+
+class _Message:
+    """The DNS message fields a part's getter reads (GETTERS: one expression per field, kept in one place)."""
+
+    __slots__ = ("qname", "qtype", "rcode", "is_response")
+
+    def __init__(self, qname: str = "", qtype: int = 0, rcode: int = 0, is_response: bool = False) -> None:
+        self.qname, self.qtype, self.rcode, self.is_response = qname, qtype, rcode, is_response
 
 
 def _rule_index(hit: tuple[int, Any]) -> int:
