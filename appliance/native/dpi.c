@@ -183,6 +183,7 @@ static PyObject *label_features(PyObject *module, PyObject *const *args, Py_ssiz
 #include "dns_windows.h"
 #include "suffix_split.h"
 #include "behaviour_tally.h"
+#include "signature_scan.h"
 
 static PyObject *ascii_text(const char *text, size_t len)
 {
@@ -872,6 +873,9 @@ static PyMethodDef dpi_functions[] = {
     {"label_features", (PyCFunction)(void (*)(void))label_features, METH_FASTCALL,
      "label_features(label, logp, floor, unseen) -> (mean trigram log-likelihood, letters, digits, consonants, "
      "longest consonant run): NameScorer.features' per-character work."},
+    {"dns_first_hits", (PyCFunction)(void (*)(void))dns_first_hits, METH_FASTCALL,
+     "dns_first_hits(flow, messages, type_memo, code_memo, query_alive, name_memo, miss, match, entries) -> None | [(new hits, "
+     "message), ...]: the signature layer's DNS scan loop (signature_scan.h)."},
     {"shannon_entropy", shannon_entropy, METH_O,
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},
     {NULL, NULL, 0, NULL},

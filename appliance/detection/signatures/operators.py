@@ -126,12 +126,18 @@ def _regex(value: Any, kind: str) -> Test:
     # `_regexp` and `_Anchor` belong to the pinned google-re2; test_operators.py holds this equal to search().
     match, unanchored = pattern._regexp.Match, re2._Anchor.UNANCHORED
     required = required_literal(value)
+    leading = leading_run(value)
+    run_class, run_length = leading if leading is not None else ("", 0)
 
     def search(got: str) -> bool:
         # Most texts lack the pattern's literal (`(^|\.)dnscat\.` against every new query name): a substring
         # test says so for a tenth of the RE2 call. ASCII texts only: there, the case-insensitive match of
         # an ASCII literal is exactly a match of its lower case.
         if required and got.isascii() and required not in got.lower():
+            return False
+        # Likewise most texts do not open with the run an anchored pattern starts with (`^\d{1,3}(...)$`
+        # against SNIs, `^[a-z]{12,}\.` against query names).
+        if run_length and got.isascii() and (len(got) < run_length or got[:run_length].lower().lstrip(run_class)):
             return False
         data = got.encode("utf-8")
         return match(unanchored, data, 0, len(data))[0][0] != -1
@@ -240,6 +246,90 @@ def required_literal(pattern: str, shortest: int = 3) -> str:
     end_run()
     best = max(runs, key=len, default="")
     return best if len(best) >= shortest else ""
+
+
+_RUN_QUANTIFIER = re2.compile(r"^(?:\{(\d+)(?:,\d*)?\}|\+)?")
+_ALNUM = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+
+
+def leading_run(pattern: str) -> tuple[str, int] | None:
+    """(characters, n) when every match of `pattern` starts the text with n >= 1 characters of that set (lower
+    case); None when that is not certain.
+
+    Read conservatively: the pattern opens with `^` then `\\d` or a class of ASCII letters, digits and their
+    ranges (`[a-z]`, `[0-9a-f]`; no negation, escape or other character), made at least n-fold by nothing,
+    `+` or `{n,...}` (never `?`, `*` or `{0,...}`); the rest holds no `|` at the top level (an alternative
+    need not start with `^`) and no `(?` (a flag such as `(?m)` changes what `^` means). The
+    regex is case-insensitive, so a letter stands for both cases: the operator compares an ASCII text's
+    lower case (non-ASCII letters fold onto ASCII ones, `ſ` onto `s`: such texts skip this prefilter).
+    """
+    if not pattern.isascii() or not pattern.startswith("^") or "(?" in pattern or _has_alternation(pattern):
+        return None
+    if pattern.startswith("^\\d"):
+        chars, rest = "0123456789", pattern[3:]
+    elif pattern.startswith("^["):
+        close = pattern.find("]", 2)
+        inside = pattern[2:close] if close > 2 else ""
+        chars = _class_chars(inside)
+        if not chars:
+            return None
+        rest = pattern[close + 1:]
+    else:
+        return None
+    if rest[:1] in ("?", "*") or (rest[:1] == "{" and not rest[1:2].isdigit()):
+        return None  # optional, or a brace not read here
+    quantifier = _RUN_QUANTIFIER.search(rest)
+    count = 1 if quantifier is None or quantifier.group(1) is None else int(quantifier.group(1))
+    if count < 1:
+        return None
+    return "".join(sorted(set(chars.lower()))), count
+
+
+def _class_chars(inside: str) -> str:
+    """The characters of a class body made of ASCII letters, digits and ranges of one kind; "" otherwise."""
+    chars: list[str] = []
+    i = 0
+    while i < len(inside):
+        c = inside[i]
+        if c not in _ALNUM:
+            return ""
+        if i + 2 < len(inside) and inside[i + 1] == "-":
+            end = inside[i + 2]
+            same_kind = (c.isdigit() and end.isdigit()) or (c.islower() and end.islower()) or (c.isupper() and end.isupper())
+            if end not in _ALNUM or not same_kind or end < c:
+                return ""
+            chars += [chr(o) for o in range(ord(c), ord(end) + 1)]
+            i += 3
+            continue
+        if i + 1 < len(inside) and inside[i + 1] == "-":
+            return ""  # a trailing `-` is a literal dash: not read here
+        chars.append(c)
+        i += 1
+    return "".join(chars)
+
+
+def _has_alternation(pattern: str) -> bool:
+    """Whether a `|` stands at the top level (outside groups, classes and escapes); True when unsure."""
+    i, depth = 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            close = _class_end(pattern, i)
+            if close < 0:
+                return True  # not read: say "maybe"
+            i = close + 1
+            continue
+        if c == "|" and depth == 0:
+            return True
+        depth += c == "("
+        depth -= c == ")"
+        if depth < 0:
+            return True
+        i += 1
+    return depth != 0
 
 
 def _class_end(pattern: str, start: int) -> int:
