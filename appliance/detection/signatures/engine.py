@@ -17,7 +17,7 @@ from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.detections import Throttle, make_detection, transport_name
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.facts import FlowFacts
-from appliance.detection.signatures.matcher import Scan, compile_scan, record_of
+from appliance.detection.signatures.matcher import ItemMatcher, PlanScan, Scan, compile_lazy, compile_plan, compile_scan, record_of
 from appliance.detection.signatures.rules import Rule, RuleProblem, load_directory
 from appliance.model import Detection, FlowRecord, Transport
 
@@ -34,10 +34,29 @@ FLOW_PROTOCOLS: dict[tuple[Transport, bool], tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class ProtocolRules:
-    """One protocol's enabled rules and their compiled scan of a flow."""
+    """One protocol's enabled rules, their compiled matcher of one item and scan of a flow."""
 
+    protocol: str
     rules: tuple[Rule, ...]
+    match: ItemMatcher
     scan: Scan
+
+    @classmethod
+    def of(cls, protocol: str, rules: tuple[Rule, ...]) -> ProtocolRules:
+        match = compile_lazy(rules)
+        return cls(protocol, rules, match, compile_scan(protocol, rules, match))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a kind of flow is matched against: its protocols' rules in order, and their scans as one function."""
+
+    protocols: tuple[ProtocolRules, ...]
+    scan: PlanScan
+
+    @classmethod
+    def of(cls, protocols: tuple[ProtocolRules, ...]) -> Plan:
+        return cls(protocols, compile_plan([(p.protocol, p.match, p.scan) for p in protocols]))
 
 
 @dataclass(frozen=True)
@@ -45,7 +64,7 @@ class RuleSet:
     rules: tuple[Rule, ...] = ()
     by_protocol: dict[str, ProtocolRules] = field(default_factory=dict)
     # (transport, has DNS) -> the protocols with rules a flow of that kind is matched against, in order
-    plans: dict[tuple[Transport, bool], tuple[ProtocolRules, ...]] = field(default_factory=dict)
+    plans: dict[tuple[Transport, bool], Plan] = field(default_factory=dict)
     loaded_at: float = 0.0
 
     @classmethod
@@ -54,10 +73,10 @@ class RuleSet:
         for rule in rules:
             if rule.enabled:
                 grouped.setdefault(rule.protocol, []).append(rule)
-        by_protocol = {p: ProtocolRules(tuple(r), compile_scan(p, tuple(r))) for p, r in grouped.items()}
+        by_protocol = {p: ProtocolRules.of(p, tuple(r)) for p, r in grouped.items()}
         plans = {kind: tuple(by_protocol[p] for p in protocols if p in by_protocol)
                  for kind, protocols in FLOW_PROTOCOLS.items()}
-        return cls(tuple(rules), by_protocol, {kind: plan for kind, plan in plans.items() if plan}, time.time())
+        return cls(tuple(rules), by_protocol, {kind: Plan.of(plan) for kind, plan in plans.items() if plan}, time.time())
 
 
 class SignatureEngine:
@@ -107,14 +126,15 @@ class SignatureEngine:
         plan = self.ruleset.plans.get((flow.transport, bool(flow.dns)))
         if plan is None:
             return []
+        hits = plan.scan(flow, self._facts)  # each rule reports its first matching item
+        if not hits:
+            return hits  # a new empty list per call, as the caller may keep it
         out: list[Detection] = []
-        facts = self._facts
-        for protocol in plan:
-            for i, item in protocol.scan(flow, facts):  # each rule reports its first matching item
-                rule = protocol.rules[i]
-                detection = self._detection(flow, rule, record_of(rule, flow, item))
-                if detection is not None:
-                    out.append(detection)
+        for step, i, item in hits:
+            rule = plan.protocols[step].rules[i]
+            detection = self._detection(flow, rule, record_of(rule, flow, item))
+            if detection is not None:
+                out.append(detection)
         return out
 
     def _detection(self, flow: FlowRecord, rule: Rule, record: dict[str, Any]) -> Detection | None:

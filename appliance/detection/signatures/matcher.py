@@ -215,10 +215,12 @@ _NO_HITS: tuple[tuple[int, Any], ...] = ()
 ITEM_MEMO_ENTRIES = 4096
 
 
-def compile_scan(protocol: str, rules: tuple[Rule, ...]) -> Scan:
+def compile_scan(protocol: str, rules: tuple[Rule, ...], match: ItemMatcher | None = None) -> Scan:
     """The protocol's scan of a flow: its items listed (fields.py: one per DNS message, ClientHello, HTTP
-    request, ICMP echo sample; the flow itself for tcp and udp), the lazy matcher run on each."""
-    match = compile_lazy(rules)
+    request, ICMP echo sample; the flow itself for tcp and udp), the lazy matcher (`match`, compiled here
+    when not given) run on each."""
+    if match is None:
+        match = compile_lazy(rules)
     if protocol in ("tcp", "udp"):
         def scan(flow: FlowRecord, facts: FlowFacts) -> Sequence[tuple[int, Any]]:
             hits = match(flow, None)
@@ -244,6 +246,42 @@ def compile_scan(protocol: str, rules: tuple[Rule, ...]) -> Scan:
     else:
         scan = _dns_scan(rules, ITEM_MEMO_ENTRIES)  # read at each compile: tests patch a small bound in
     return scan
+
+
+# A flow's hits over one plan (the protocols a kind of flow is matched against, in order): (flow, the FlowFacts
+# cache) -> [(step, rule index, item)], by step then rule index; an empty list when nothing matched.
+PlanScan = Callable[[FlowRecord, FlowFacts], list[tuple[int, int, Any]]]
+
+# Per protocol, its step of a plan's scan as source: the matcher M[k] run inline on the flow (tcp, udp) or on
+# the payload facts (tls, http: fetched once per flow, at the first step that reads them), or the protocol's
+# scan S[k] called (icmp, dns).
+_PLAN_STEPS = {
+    "tcp": ["h = M[{k}](flow, None)", "if h:", "    out += [({k}, i, None) for i in rule_indexes(h)]"],
+    "tls": ["if found.tls is not None and found.client_hello is not None:", "    h = M[{k}](flow, found)", "    if h:",
+            "        out += [({k}, i, found) for i in rule_indexes(h)]"],
+    "http": ["if found.http_requests:", "    out += [({k}, i, item) for i, item in first_hits(flow, found.http_requests, M[{k}])]"],
+    "scan": ["hits = S[{k}](flow, facts)", "if hits:", "    out += [({k}, i, item) for i, item in hits]"],
+}
+_PLAN_STEPS["udp"] = _PLAN_STEPS["tcp"]
+_READS_FACTS = frozenset({"tls", "http"})
+
+
+def compile_plan(steps: Sequence[tuple[str, ItemMatcher, Scan]]) -> PlanScan:
+    """One function for a plan's steps, (protocol, matcher, scan) each, built once per load: what the scans
+    one after the other would find, without a call per step or a second read of the facts cache (a TCP flow
+    is matched against tcp, tls and http rules). The source holds only the table above and step numbers."""
+    lines = ["def plan(flow, facts):", "    out = []"]
+    fetched = False
+    for k, (protocol, _, _) in enumerate(steps):
+        if protocol in _READS_FACTS and not fetched:
+            lines.append("    found = facts.facts(flow)")
+            fetched = True
+        lines += ["    " + line.format(k=k) for line in _PLAN_STEPS.get(protocol, _PLAN_STEPS["scan"])]
+    lines.append("    return out")
+    namespace: dict[str, Any] = {"M": tuple(m for _, m, _ in steps), "S": tuple(s for _, _, s in steps),
+                                 "rule_indexes": rule_indexes, "first_hits": _first_hits}
+    exec(compile("\n".join(lines), "<signature plan>", "exec"), namespace)  # noqa: S102 - the table above only
+    return namespace["plan"]  # type: ignore[no-any-return]
 
 
 def rule_indexes(hits: int) -> list[int]:
