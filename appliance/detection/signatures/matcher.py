@@ -18,7 +18,7 @@ from typing import Any
 from appliance.detection.detections import transport_name
 from appliance.detection.facts import FlowFacts
 from appliance.detection.signatures.fields import FIELDS, PROTOCOLS, QTYPES, RCODES
-from appliance.detection.signatures.operators import OPERATORS, required_literal
+from appliance.detection.signatures.operators import OPERATORS, leading_run, required_literal
 from appliance.detection.signatures.rules import Rule
 from appliance.model import FlowRecord
 from appliance.native.dpi import dns_first_hits
@@ -131,6 +131,7 @@ def compile_lazy(rules: tuple[Rule, ...], wanted: bool = False) -> Callable[...,
     tests: list[Callable[[Any], bool] | None] = []  # per condition: its test, called, or None when inline
     lookups: list[Callable[[Any], bool | None] | None] = []  # per condition: its memo's lookup, if memoised
     constants: list[Any] = []  # per condition: an inline test's constant
+    runs: list[Any] = []  # per regex with a leading run: its characters (a set of both cases when one)
     lines = ["def match(flow, item, wanted):" if wanted else "def match(flow, item):", "    hits = 0"]
     touched: set[int] = set()  # fields some earlier rule may have fetched
     known: set[int] = set()  # fields fetched on every path to here
@@ -155,10 +156,22 @@ def compile_lazy(rules: tuple[Rule, ...], wanted: bool = False) -> Callable[...,
                 tests.append(remembered)
                 lookups.append(lookup)
                 required = required_literal(condition.value) if condition.op == "regex" else ""
+                leading = leading_run(condition.value) if condition.op == "regex" else None
+                # The regex test's own prefilters (operators.py), ahead of the memo: most new names and SNIs
+                # lack the literal or do not open with the run, and a string test says so for less than the
+                # memo's miss and store. ASCII texts only, as there.
+                if leading is not None:
+                    chars, length = leading
+                    if length == 1:  # the first character, either case
+                        runs.append(frozenset(chars + chars.upper()))
+                        checks.append(f"(not {value}.isascii() or v{f}[:1] in R[{len(runs) - 1}])")
+                    else:
+                        runs.append(chars)
+                        checks.append(f"(not {value}.isascii() or (len(v{f}) >= {length} and "
+                                      f"not v{f}[:{length}].lower().lstrip(R[{len(runs) - 1}])))")
+                    value = f"v{f}"
                 constants.append(required)
                 if required:
-                    # The regex test's own literal prefilter (operators.py), ahead of the memo: most new names
-                    # lack the literal, and a substring test says so for less than the memo's miss and store.
                     checks.append(f"(not {value}.isascii() or K[{position}] in v{f}.lower())")
                     value = f"v{f}"
                 # The memo is asked first: the value is fetched there, so the test on a miss reads the variable.
@@ -185,7 +198,8 @@ def compile_lazy(rules: tuple[Rule, ...], wanted: bool = False) -> Callable[...,
     if checked:
         lines.insert(1, f"    {' = '.join(f'v{i}' for i in sorted(checked))} = UNSET")
     lines.append("    return hits")
-    namespace: dict[str, Any] = {**_SOURCE_NAMES, "T": tuple(tests), "L": tuple(lookups), "K": tuple(constants), "UNSET": _UNSET}
+    namespace: dict[str, Any] = {**_SOURCE_NAMES, "T": tuple(tests), "L": tuple(lookups), "K": tuple(constants), "R": tuple(runs),
+                                 "UNSET": _UNSET}
     exec(compile("\n".join(lines), "<signature rules>", "exec"), namespace)  # noqa: S102 - tables only, see above
     return namespace["match"]  # type: ignore[no-any-return]
 
