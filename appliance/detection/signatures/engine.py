@@ -56,7 +56,7 @@ class Plan:
 
     @classmethod
     def of(cls, protocols: tuple[ProtocolRules, ...]) -> Plan:
-        return cls(protocols, compile_plan([(p.protocol, p.match, p.scan) for p in protocols]))
+        return cls(protocols, compile_plan([(p.protocol, p.rules, p.match, p.scan) for p in protocols]))
 
 
 @dataclass(frozen=True)

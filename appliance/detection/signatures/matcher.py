@@ -123,6 +123,18 @@ def compile_lazy(rules: tuple[Rule, ...], wanted: bool = False) -> Callable[...,
     With `wanted`, (flow, item, wanted mask) -> the hits among the wanted rules, the others not evaluated:
     the DNS scan asks only for the rules a message can still report.
     """
+    body, tables = matcher_source(rules, wanted)
+    lines = ["def match(flow, item, wanted):" if wanted else "def match(flow, item):", "    hits = 0"]
+    lines += ["    " + line for line in body] + ["    return hits"]
+    namespace: dict[str, Any] = {**_SOURCE_NAMES, **tables, "UNSET": _UNSET}
+    exec(compile("\n".join(lines), "<signature rules>", "exec"), namespace)  # noqa: S102 - tables only, see above
+    return namespace["match"]  # type: ignore[no-any-return]
+
+
+def matcher_source(rules: tuple[Rule, ...], wanted: bool = False, tag: str = "") -> tuple[list[str], dict[str, Any]]:
+    """compile_lazy's function body (unindented; it reads `flow`, `item`, `wanted` and adds to `hits`) and the
+    tables it names (T, L, K and R, each followed by `tag`: one function can hold several bodies)."""
+    T, L, K, R = (f"{table}{tag}" for table in "TLKR")  # noqa: N806 - the tables' names in the source
     fields: list[str] = []
     for rule in rules:
         for condition in rule.conditions:
@@ -132,7 +144,7 @@ def compile_lazy(rules: tuple[Rule, ...], wanted: bool = False) -> Callable[...,
     lookups: list[Callable[[Any], bool | None] | None] = []  # per condition: its memo's lookup, if memoised
     constants: list[Any] = []  # per condition: an inline test's constant
     runs: list[Any] = []  # per regex with a leading run: its characters (a set of both cases when one)
-    lines = ["def match(flow, item, wanted):" if wanted else "def match(flow, item):", "    hits = 0"]
+    lines: list[str] = []
     touched: set[int] = set()  # fields some earlier rule may have fetched
     known: set[int] = set()  # fields fetched on every path to here
     checked: set[int] = set()  # fields read behind an UNSET check: they start as UNSET
@@ -164,44 +176,40 @@ def compile_lazy(rules: tuple[Rule, ...], wanted: bool = False) -> Callable[...,
                     chars, length = leading
                     if length == 1:  # the first character, either case
                         runs.append(frozenset(chars + chars.upper()))
-                        checks.append(f"(not {value}.isascii() or v{f}[:1] in R[{len(runs) - 1}])")
+                        checks.append(f"(not {value}.isascii() or v{f}[:1] in {R}[{len(runs) - 1}])")
                     else:
                         runs.append(chars)
                         checks.append(f"(not {value}.isascii() or (len(v{f}) >= {length} and "
-                                      f"not v{f}[:{length}].lower().lstrip(R[{len(runs) - 1}])))")
+                                      f"not v{f}[:{length}].lower().lstrip({R}[{len(runs) - 1}])))")
                     value = f"v{f}"
                 constants.append(required)
                 if required:
-                    checks.append(f"(not {value}.isascii() or K[{position}] in v{f}.lower())")
+                    checks.append(f"(not {value}.isascii() or {K}[{position}] in v{f}.lower())")
                     value = f"v{f}"
                 # The memo is asked first: the value is fetched there, so the test on a miss reads the variable.
-                checks.append(f"(r if (r := L[{position}]({value})) is not None else T[{position}](v{f}))")
+                checks.append(f"(r if (r := {L}[{position}]({value})) is not None else {T}[{position}](v{f}))")
             elif inline is None:
                 tests.append(condition.test)
                 lookups.append(None)
                 constants.append(None)
-                checks.append(f"T[{position}]({value})")
+                checks.append(f"{T}[{position}]({value})")
             else:
                 template, constant = inline(condition.value, FIELDS[condition.field].kind)
                 tests.append(None)
                 lookups.append(None)
                 constants.append(constant)
-                checks.append(f"({template.format(v=value, k=f'K[{position}]')})")
+                checks.append(f"({template.format(v=value, k=f'{K}[{position}]')})")
         # One `and` chain per rule, however many conditions (nested ifs would meet Python's indentation limit).
         if wanted:  # only the rules asked for: (flow, item, wanted mask) -> the hits among them
             checks.insert(0, f"wanted & {1 << index}")
-        lines += [f"    if {' and '.join(checks)}:", f"        hits |= {1 << index}"]
+        lines += [f"if {' and '.join(checks)}:", f"    hits |= {1 << index}"]
         first = fields.index(rule.conditions[0].field)
         if not wanted:
             known.add(first)  # a rule's first condition is always evaluated (unless the rule is not asked for)
         touched |= read
     if checked:
-        lines.insert(1, f"    {' = '.join(f'v{i}' for i in sorted(checked))} = UNSET")
-    lines.append("    return hits")
-    namespace: dict[str, Any] = {**_SOURCE_NAMES, "T": tuple(tests), "L": tuple(lookups), "K": tuple(constants), "R": tuple(runs),
-                                 "UNSET": _UNSET}
-    exec(compile("\n".join(lines), "<signature rules>", "exec"), namespace)  # noqa: S102 - tables only, see above
-    return namespace["match"]  # type: ignore[no-any-return]
+        lines.insert(0, f"{' = '.join(f'v{i}' for i in sorted(checked))} = UNSET")
+    return lines, {T: tuple(tests), L: tuple(lookups), K: tuple(constants), R: tuple(runs)}
 
 
 class _Unset:
@@ -266,13 +274,13 @@ def compile_scan(protocol: str, rules: tuple[Rule, ...], match: ItemMatcher | No
 # cache) -> [(step, rule index, item)], by step then rule index; an empty list when nothing matched.
 PlanScan = Callable[[FlowRecord, FlowFacts], list[tuple[int, int, Any]]]
 
-# Per protocol, its step of a plan's scan as source: the matcher M[k] run inline on the flow (tcp, udp) or on
-# the payload facts (tls, http: fetched once per flow, at the first step that reads them), or the protocol's
-# scan S[k] called (icmp, dns).
+# Per protocol, its step of a plan's scan as source: the matcher's body inline ({body}, matcher_source) on the
+# flow (tcp, udp) or on the payload facts (tls; fetched once per flow, at the first step that reads them), the
+# matcher M[k] run on each HTTP request, or the protocol's scan S[k] called (icmp, dns).
 _PLAN_STEPS = {
-    "tcp": ["h = M[{k}](flow, None)", "if h:", "    out += [({k}, i, None) for i in rule_indexes(h)]"],
-    "tls": ["if found.tls is not None and found.client_hello is not None:", "    h = M[{k}](flow, found)", "    if h:",
-            "        out += [({k}, i, found) for i in rule_indexes(h)]"],
+    "tcp": ["item = None", "hits = 0", "{body}", "if hits:", "    out += [({k}, i, None) for i in rule_indexes(hits)]"],
+    "tls": ["if found.tls is not None and found.client_hello is not None:", "    item = found", "    hits = 0", "    {body}",
+            "    if hits:", "        out += [({k}, i, found) for i in rule_indexes(hits)]"],
     "http": ["if found.http_requests:", "    out += [({k}, i, item) for i, item in first_hits(flow, found.http_requests, M[{k}])]"],
     "scan": ["hits = S[{k}](flow, facts)", "if hits:", "    out += [({k}, i, item) for i, item in hits]"],
 }
@@ -280,21 +288,30 @@ _PLAN_STEPS["udp"] = _PLAN_STEPS["tcp"]
 _READS_FACTS = frozenset({"tls", "http"})
 
 
-def compile_plan(steps: Sequence[tuple[str, ItemMatcher, Scan]]) -> PlanScan:
-    """One function for a plan's steps, (protocol, matcher, scan) each, built once per load: what the scans
-    one after the other would find, without a call per step or a second read of the facts cache (a TCP flow
-    is matched against tcp, tls and http rules). The source holds only the table above and step numbers."""
+def compile_plan(steps: Sequence[tuple[str, tuple[Rule, ...], ItemMatcher, Scan]]) -> PlanScan:
+    """One function for a plan's steps, (protocol, rules, matcher, scan) each, built once per load: what the
+    scans one after the other would find, without a call per step, a matcher call for the flow's own
+    record and its ClientHello (their matchers' bodies are written inline, with their own tables), or a
+    second read of the facts cache (a TCP flow is matched against tcp, tls and http rules). The source holds
+    only the table above, step numbers and matcher_source's bodies."""
     lines = ["def plan(flow, facts):", "    out = []"]
+    namespace: dict[str, Any] = {**_SOURCE_NAMES, "UNSET": _UNSET, "M": tuple(m for _, _, m, _ in steps),
+                                 "S": tuple(s for _, _, _, s in steps), "rule_indexes": rule_indexes, "first_hits": _first_hits}
     fetched = False
-    for k, (protocol, _, _) in enumerate(steps):
+    for k, (protocol, rules, _, _) in enumerate(steps):
         if protocol in _READS_FACTS and not fetched:
             lines.append("    found = facts.facts(flow)")
             fetched = True
-        lines += ["    " + line.format(k=k) for line in _PLAN_STEPS.get(protocol, _PLAN_STEPS["scan"])]
+        for line in _PLAN_STEPS.get(protocol, _PLAN_STEPS["scan"]):
+            if line.strip() == "{body}":
+                body, tables = matcher_source(rules, tag=f"_{k}")
+                namespace.update(tables)
+                indent = line[:len(line) - len(line.lstrip())]
+                lines += [f"    {indent}{source}" for source in body]
+            else:
+                lines.append("    " + line.format(k=k))
     lines.append("    return out")
-    namespace: dict[str, Any] = {"M": tuple(m for _, m, _ in steps), "S": tuple(s for _, _, s in steps),
-                                 "rule_indexes": rule_indexes, "first_hits": _first_hits}
-    exec(compile("\n".join(lines), "<signature plan>", "exec"), namespace)  # noqa: S102 - the table above only
+    exec(compile("\n".join(lines), "<signature plan>", "exec"), namespace)  # noqa: S102 - tables only, see above
     return namespace["plan"]  # type: ignore[no-any-return]
 
 
