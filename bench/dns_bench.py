@@ -5,7 +5,8 @@ corpus as the pipeline bench counts: `DnsAnalyzer` + `DgaSignals` (loops in appl
 against `DnsAnalyzerReference` + `DgaSignalsReference` (the loops and judges in Python as they were), every
 round with new memos, as a new analysis process starts; then the two helpers every new name pays for:
 `RegisteredDomains.split` (C) against the public suffix library on the corpus's distinct names, and the name
-scorer's per-character work (C) against `label_features_reference`. Medians of several rounds; figures go to
+scorer's per-character work (C) against `label_features_reference`, and its whole miss path, a new label's
+NameFeatures (`NameScorer.features`, native/name_model.h) against `NameScorer.features_reference`. Medians of several rounds; figures go to
 stdout and to var/bench/dns.txt and var/bench/dns.json.
 """
 
@@ -63,7 +64,8 @@ def detector_costs(flows: list, corpus_flows: int) -> dict[str, float]:
 
 
 def helper_costs(flows: list) -> dict[str, dict[str, float]]:
-    """µs per name of the registered-domain split (no memo) and per label of the scorer's character work."""
+    """µs per name of the registered-domain split (no memo), per label of the scorer's character work and of
+    its miss path (a new label's features, the memo cleared each round)."""
     from appliance.detection.domains import RegisteredDomains
     from appliance.detection.dpi.dga import NameScorer, label_features, label_features_reference
 
@@ -82,12 +84,24 @@ def helper_costs(flows: list) -> dict[str, dict[str, float]]:
     scorer = NameScorer.load()
     labels = list(dict.fromkeys(domains.split(n)[1] for n in names))
     model: Any = (scorer._logp, scorer._context_floor, scorer._unseen)
+
+    def features(method: Callable[[str], object]) -> Callable[[], None]:
+        def run() -> None:
+            scorer.memo.clear()
+            for lb in labels:
+                method(lb)
+        return run
+
     return {
         "split_per_name": {"c": _median_s(split_c) / len(names) * 1e6, "python": _median_s(split_python) / len(names) * 1e6,
                            "names": len(names)},
         "label_features_per_label": {
             "c": _median_s(lambda: [label_features(lb, *model) for lb in labels]) / len(labels) * 1e6,
             "python": _median_s(lambda: [label_features_reference(lb, *model) for lb in labels]) / len(labels) * 1e6,
+            "labels": len(labels)},
+        "features_per_new_label": {
+            "c": _median_s(features(scorer.features)) / len(labels) * 1e6,
+            "python": _median_s(features(scorer.features_reference)) / len(labels) * 1e6,
             "labels": len(labels)},
     }
 
@@ -102,6 +116,7 @@ def main() -> None:
     detectors = detector_costs(flows, len(all_flows))
     helpers = helper_costs(flows)
     split, features = helpers["split_per_name"], helpers["label_features_per_label"]
+    new_label = helpers["features_per_new_label"]
     lines = [
         f"corpus: {len(all_flows)} flows, {len(flows)} with DNS messages",
         f"DnsAnalyzer + DgaSignals per corpus flow: C {detectors['c']:.2f} us vs Python reference {detectors['python']:.2f} us "
@@ -110,6 +125,8 @@ def main() -> None:
         f"{split['python']:.2f} us ({split['python'] / split['c']:.1f}x)",
         f"name scorer per-character work per label ({features['labels']:.0f} labels): C {features['c']:.2f} us vs Python "
         f"{features['python']:.2f} us ({features['python'] / features['c']:.1f}x)",
+        f"name scorer per new label, features and memo ({new_label['labels']:.0f} labels): C {new_label['c']:.2f} us vs "
+        f"Python {new_label['python']:.2f} us ({new_label['python'] / new_label['c']:.1f}x)",
     ]
     for line in lines:
         print(line, flush=True)
@@ -119,7 +136,8 @@ def main() -> None:
     figures = {"measured": when, "flows": len(all_flows), "dns_flows": len(flows), "rounds": ROUNDS,
                "detectors_us_per_flow": {k: round(v, 3) for k, v in detectors.items()},
                "split_us_per_name": {k: round(v, 3) for k, v in split.items()},
-               "label_features_us_per_label": {k: round(v, 3) for k, v in features.items()}}
+               "label_features_us_per_label": {k: round(v, 3) for k, v in features.items()},
+               "features_us_per_new_label": {k: round(v, 3) for k, v in new_label.items()}}
     (OUT / "dns.json").write_text(json.dumps(figures, indent=1) + "\n")
 
 

@@ -811,7 +811,23 @@ typedef struct {
     DomainWindowObject *window;  /* strong reference */
     int remembered;              /* registered is the newest of agent->domains, with this score */
     double score;
+    int pending;                 /* the run's newest query time is still to be stored in agent->domains */
+    long long pending_ts;
 } dnsw_previous;
+
+/* agent->domains[registered] = (ts of the run's last query, score): what each query of the run stored in turn. The
+ * key stays where it is (the newest) and nothing reads the time before the run ends (the next registered domain,
+ * or the end of the flow's messages), so storing the last one once is the same state. */
+static int dnsw_previous_flush(dnsw_previous *previous, AgentDnsObject *agent)
+{
+    if (!previous->pending)
+        return 0;
+    previous->pending = 0;
+    PyObject *value = Py_BuildValue("(Ld)", previous->pending_ts, previous->score);
+    int status = value != NULL ? PyDict_SetItem(agent->domains, previous->registered, value) : -1;
+    Py_XDECREF(value);
+    return status;
+}
 
 static void dnsw_previous_clear(dnsw_previous *previous)
 {
@@ -843,16 +859,14 @@ static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agen
         if (dnsw_add_query(previous->window, m->name, registered, m->flag, m->ts, tunnel_window_ns, s->max_events) < 0)
             goto done;
         if (previous->remembered) {
-            PyObject *value = Py_BuildValue("(Ld)", m->ts, previous->score);
-            if (value == NULL || PyDict_SetItem(agent->domains, registered, value) < 0) {
-                Py_XDECREF(value);
-                goto done;
-            }
-            Py_DECREF(value);
+            previous->pending = 1;
+            previous->pending_ts = m->ts;
         }
         status = 0;
         goto done;
     }
+    if (dnsw_previous_flush(previous, agent) < 0)
+        goto done;
     dnsw_previous_clear(previous);
     if ((key = PyTuple_Pack(2, agent_id, registered)) == NULL)
         goto done;
@@ -1094,7 +1108,7 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
     PyObject *agent_id = NULL, *flow_id = NULL, *touched = NULL, *judged = NULL, *out = NULL, *seq = NULL;
     AgentDnsObject *agent = NULL;
     dnsw_message *messages = NULL;
-    dnsw_previous previous = {NULL, NULL, 0, 0.0};
+    dnsw_previous previous = {NULL, NULL, 0, 0.0, 0, 0};
     Py_ssize_t n = 0;
     PyObject *dns = dnsw_get(flow, &dnsw_attr_dns);
     if (dns == NULL)
@@ -1144,6 +1158,8 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
         if (dnsw_query(s, agent, agent_id, flow_id, m, touched, tunnel_window_ns, threshold, &previous) < 0)
             goto done;
     }
+    if (dnsw_previous_flush(&previous, agent) < 0)
+        goto done;
     /* The flood counter uses the flow's packet count: a flow keeps only its first DNS messages. */
     if (packets_out) {
         if (dnsw_count_queries(s, agent, first_ns, last_ns, packets_out) < 0)

@@ -184,6 +184,7 @@ static PyObject *label_features(PyObject *module, PyObject *const *args, Py_ssiz
 #include "suffix_split.h"
 #include "behaviour_tally.h"
 #include "signature_scan.h"
+#include "name_model.h"
 
 static PyObject *ascii_text(const char *text, size_t len)
 {
@@ -897,7 +898,7 @@ static int dpi_exec(PyObject *module)
         return -1;
     if (dnsw_init(module) < 0)
         return -1;
-    return bhv_init(module);
+    return bhv_init(module) < 0 ? -1 : nm_init(module);
 }
 
 static int dpi_clear(PyObject *module)

@@ -17,16 +17,19 @@ import json
 import math
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.native import dpi as native_dpi
+from appliance.native import slot_maker
 
 MODEL_PATH = Path(__file__).resolve().parent.parent / "data" / "ngram_model.json"
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789-"
 _VOWELS = frozenset("aeiouy")
 _log2 = math.log2
 _BEGIN = "^"
+_MEMO_LIMIT = 100_000  # labels the scorer remembers before it starts again
 _END = "$"
 
 
@@ -105,6 +108,11 @@ class NameScorer:
         self._context_floor = {ctx: math.log(smoothing / (count + smoothing * vocab)) for ctx, count in bigrams.items()}
         self._unseen = math.log(1.0 / vocab)
         self._cache: dict[str, NameFeatures] = {}
+        # features/score in C (native/name_model.h): the same memo, the same values as features_reference.
+        self._native = native_dpi.NameModel(self._logp, self._context_floor, self._unseen,
+                                            slot_maker(native_dpi.SlotMaker, NameFeatures), self._cache, _MEMO_LIMIT)
+        self.features: Callable[[str], NameFeatures] = self._native.features
+        self.score: Callable[[str], float] = self._native.score
 
     @classmethod
     def load(cls, path: Path = MODEL_PATH) -> NameScorer:
@@ -114,7 +122,9 @@ class NameScorer:
     def loglik(self, label: str) -> float:
         return label_features(label, self._logp, self._context_floor, self._unseen)[0]  # type: ignore[no-any-return]
 
-    def features(self, label: str) -> NameFeatures:
+    def features_reference(self, label: str) -> NameFeatures:
+        """What `features` (NameModel.features, appliance/native/name_model.h) gives, in Python: the memo's, or
+        computed and remembered. The tests hold the two equal."""
         cached = self._cache.get(label)
         if cached is not None:
             return cached
@@ -132,13 +142,10 @@ class NameScorer:
         score = length_weight * (0.55 * f_ll + 0.15 * f_entropy + 0.15 * f_digits + 0.15 * f_consonants)
         result = NameFeatures(label, round(ll, 3), round(entropy, 3), round(digit_ratio, 3),
                               round(consonant_ratio, 3), best, round(min(score, 1.0), 3))
-        if len(self._cache) > 100_000:
+        if len(self._cache) > _MEMO_LIMIT:
             self._cache.clear()
         self._cache[label] = result
         return result
-
-    def score(self, label: str) -> float:
-        return self.features(label).score
 
     @property
     def memo(self) -> dict[str, NameFeatures]:

@@ -82,7 +82,14 @@ class DgaSignals:
         self.out_of_range_flows = 0  # flows with a timestamp outside [0, 2**62): skipped, never seen by ingestion
 
     def analyze(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
-        scanned = self._scan(flow, config)
+        if config is self._configured:  # _scan inlined: this runs for every DNS flow
+            try:
+                scanned = dga_scan(flow, self._agents, self._new_state, self._askers, self._split_memo, self._split,
+                                   *self._scan_config)
+            except ValueError:
+                scanned = self._out_of_range(flow)
+        else:
+            scanned = self._scan(flow, config)
         if scanned is None:  # the burst window runs on and no name failed: most flows
             return []
         state, now_ns, close_due, failed_any = scanned
@@ -103,12 +110,14 @@ class DgaSignals:
             return dga_scan(flow, self._agents, self._new_state, self._askers, self._split_memo,  # type: ignore[no-any-return]
                             self._split, *self._scan_config)
         except ValueError:
-            # Ingestion replaces timestamps from the future: a record from elsewhere, counted and skipped
-            # (checked before any state changed).
-            self.out_of_range_flows += 1
-            if self.out_of_range_flows == 1:
-                _log.warning("dga_flow_skipped reason=timestamp_out_of_range flow_id=%s", flow.flow_id)
-            return None
+            return self._out_of_range(flow)
+
+    def _out_of_range(self, flow: FlowRecord) -> None:
+        """Ingestion replaces timestamps from the future: a record from elsewhere, counted and skipped (the scan
+        checked it before any state changed)."""
+        self.out_of_range_flows += 1
+        if self.out_of_range_flows == 1:
+            _log.warning("dga_flow_skipped reason=timestamp_out_of_range flow_id=%s", flow.flow_id)
 
     @staticmethod
     def _new_state(first_ns: int) -> _AgentFailures:

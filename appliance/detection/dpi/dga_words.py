@@ -66,6 +66,9 @@ class WordModel:
         self._scorer = scorer
         self._random_threshold = random_threshold
         self._cache: dict[str, LabelShape] = {}
+        # Every proper prefix of a known word (the model's own words, not attacker-chosen): `segment` stops
+        # extending a piece that starts no word instead of trying every length up to _MAX_WORD.
+        self._prefixes = frozenset(w[:i] for w in unigrams for i in range(1, min(len(w), _MAX_WORD)))
 
     @classmethod
     def load(cls, scorer: NameScorer, path: Path = WORD_MODEL_PATH) -> WordModel:
@@ -73,7 +76,39 @@ class WordModel:
         return cls(data["unigrams"], set(data["pairs"]), scorer)
 
     def segment(self, text: str) -> tuple[list[str], float]:
-        """The most probable split of `text` (letters only) and the share of letters in known words."""
+        """The most probable split of `text` (letters only) and the share of letters in known words.
+
+        `segment_reference`'s Viterbi with the loops turned round: each start extends its piece only while
+        the piece is a known word or the prefix of one (an unknown piece longer than a letter is never
+        taken). For each end the starts still come in ascending order and a later one wins only when
+        strictly better, so the split is the same, ties included; the tests hold the two equal.
+        """
+        n = len(text)
+        best = [0.0] + [-math.inf] * n
+        back = [0] * (n + 1)
+        known = [False] * (n + 1)
+        logp, prefixes = self._logp, self._prefixes
+        for start in range(n):
+            base = best[start]
+            for end in range(start + 1, min(n, start + _MAX_WORD) + 1):
+                piece = text[start:end]
+                value = logp.get(piece)
+                is_known = value is not None
+                if value is None:
+                    if end - start > 1:
+                        if piece not in prefixes:
+                            break
+                        continue
+                    value = _UNKNOWN_PER_CHAR
+                total = base + value
+                if total > best[end]:
+                    best[end], back[end], known[end] = total, start, is_known
+                if end - start == 1 and piece not in prefixes:
+                    break
+        return self._words(text, back, known)
+
+    def segment_reference(self, text: str) -> tuple[list[str], float]:
+        """What `segment` gives: the Viterbi as it was, every piece up to _MAX_WORD letters tried."""
         n = len(text)
         best = [0.0] + [-math.inf] * n
         back = [0] * (n + 1)
@@ -91,6 +126,11 @@ class WordModel:
                 total = best[start] + value
                 if total > best[end]:
                     best[end], back[end], known[end] = total, start, is_known
+        return self._words(text, back, known)
+
+    def _words(self, text: str, back: list[int], known: list[bool]) -> tuple[list[str], float]:
+        """The split the back pointers give, and the share of letters in known words of 3+ letters."""
+        n = len(text)
         words: list[str] = []
         covered = 0
         end = n

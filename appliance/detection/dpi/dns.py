@@ -53,7 +53,13 @@ class DnsAnalyzer:
     def analyze(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
         if not flow.dns or flow.remote_port != 53:
             return []
-        scanned = self._scan(flow, config)
+        if config is self._configured:  # _scan inlined: this runs for every DNS flow
+            try:
+                scanned = self._scanner.scan(flow)
+            except ValueError:
+                scanned = self._out_of_range(flow)
+        else:
+            scanned = self._scan(flow, config)
         if scanned is None:  # no judge is due: most flows
             return []
         agent, queries, now_ns, judged, dga_due, flood_due = scanned
@@ -81,12 +87,14 @@ class DnsAnalyzer:
         try:
             return self._scanner.scan(flow)  # type: ignore[no-any-return]
         except ValueError:
-            # Ingestion replaces timestamps from the future and keeps first_ns <= last_ns: a record from
-            # elsewhere. Counted and skipped (checked before any state changed).
-            self.out_of_range_flows += 1
-            if self.out_of_range_flows == 1:
-                _log.warning("dns_flow_skipped reason=timestamp_out_of_range flow_id=%s", flow.flow_id)
-            return None
+            return self._out_of_range(flow)
+
+    def _out_of_range(self, flow: FlowRecord) -> None:
+        """Ingestion replaces timestamps from the future and keeps first_ns <= last_ns: a record from elsewhere.
+        Counted and skipped (the scan checked it before any state changed)."""
+        self.out_of_range_flows += 1
+        if self.out_of_range_flows == 1:
+            _log.warning("dns_flow_skipped reason=timestamp_out_of_range flow_id=%s", flow.flow_id)
 
     # -- judgement ----------------------------------------------------------------------------
     def _judge_tunneling(self, flow: FlowRecord, registered: str, w: DomainWindow, now_ns: int,

@@ -63,23 +63,29 @@ def test_small_bounds_overflow_alike(max_keys: int, max_events: int) -> None:
         assert all(a.answered <= max_events and len(a.flow_ids) <= 20 for a in fast._agents.values())
 
 
-def test_a_flow_with_a_timestamp_out_of_range_is_counted_and_changes_nothing() -> None:
+# The config object kept (analyze's inlined scan) or a new one each call (the scan that configures first).
+SAME_OR_NEW_CONFIG = pytest.mark.parametrize("config_of", [lambda c: c, lambda c: AnalysisConfig()], ids=["same", "new"])
+
+
+@SAME_OR_NEW_CONFIG
+def test_a_flow_with_a_timestamp_out_of_range_is_counted_and_changes_nothing(config_of) -> None:
     fast, _ = analyzers()
     flows = random_flows(seed=4, count=200)
+    config = AnalysisConfig()
     for flow in flows:
-        fast.analyze(flow, AnalysisConfig())
+        fast.analyze(flow, config)
     windows, agents = window_state(fast), agent_state(fast)
     bad = flows[-1]
     bad.dns = [*bad.dns, DnsMessage(1, False, 0, "zzz.example.com", 16, 1, timestamp_ns=2**63)]
-    assert fast.analyze(bad, AnalysisConfig()) == []
+    assert fast.analyze(bad, config_of(config)) == []
     bad.dns, bad.first_ns = bad.dns[:-1], -1
-    assert fast.analyze(bad, AnalysisConfig()) == []
+    assert fast.analyze(bad, config_of(config)) == []
     bad.first_ns, bad.last_ns = T0_NS + 100 * 10**9, T0_NS  # last before first: no ingested flow looks like this
     bad.packets_out = 5
-    assert fast.analyze(bad, AnalysisConfig()) == []
+    assert fast.analyze(bad, config_of(config)) == []
     assert fast.out_of_range_flows == 3
     assert window_state(fast) == windows and agent_state(fast) == agents
-    assert fast.analyze(flows[0], AnalysisConfig()) is not None  # and it keeps serving
+    assert fast.analyze(flows[0], config_of(config)) is not None  # and it keeps serving
 
 
 def test_dga_signals_on_the_bench_corpus_give_the_same_detections(corpus_dns_flows: list) -> None:
@@ -99,13 +105,15 @@ def test_dga_signals_small_bounds_overflow_alike(bounds: tuple[int, int, int]) -
     assert_same_dga(random_flows(seed=bounds[1], count=800, agents=7), configs, bounds, state_every=20)
 
 
-def test_a_dga_flow_with_a_timestamp_out_of_range_is_counted_and_changes_nothing() -> None:
+@SAME_OR_NEW_CONFIG
+def test_a_dga_flow_with_a_timestamp_out_of_range_is_counted_and_changes_nothing(config_of) -> None:
     fast, _ = dga_analyzers()
     flows = random_flows(seed=9, count=200)
+    config = AnalysisConfig()
     for flow in flows:
-        fast.analyze(flow, AnalysisConfig())
+        fast.analyze(flow, config)
     state = dga_state(fast)
     bad = flows[-1]
     bad.dns = [*bad.dns, DnsMessage(1, True, 3, "zzz.example.com", 1, 1, timestamp_ns=2**62)]
-    assert fast.analyze(bad, AnalysisConfig()) == []
+    assert fast.analyze(bad, config_of(config)) == []
     assert fast.out_of_range_flows == 1 and dga_state(fast) == state
