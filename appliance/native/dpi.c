@@ -118,6 +118,36 @@ static PyObject *shannon_entropy(PyObject *module, PyObject *text)
     return PyFloat_FromDouble(value);
 }
 
+/* A label's letters, digits and consonants as str.isalpha, str.isdigit and not in "aeiouy", and its longest
+ * consonant run: what label_features and the name model's miss path (name_model.h) count. */
+typedef struct {
+    Py_ssize_t letters, digits, consonants, best;
+} LabelCounts;
+
+static LabelCounts label_counts(PyObject *label)
+{
+    LabelCounts out = {0, 0, 0, 0};
+    Py_ssize_t n = PyUnicode_GET_LENGTH(label), run = 0;
+    int kind = PyUnicode_KIND(label);
+    const void *data = PyUnicode_DATA(label);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        int alpha = Py_UNICODE_ISALPHA(c);
+        out.digits += Py_UNICODE_ISDIGIT(c) != 0;
+        if (alpha && !(c == 'a' || c == 'e' || c == 'i' || c == 'o' || c == 'u' || c == 'y')) {
+            out.letters++;
+            out.consonants++;
+            run++;
+            out.best = run > out.best ? run : out.best;
+        }
+        else {
+            out.letters += alpha != 0;
+            run = 0;
+        }
+    }
+    return out;
+}
+
 /* NameScorer.features' per-character work (dpi/dga.py, label_counts_reference and loglik_reference):
  * the mean trigram log-likelihood of "^^" + label + "$" (each trigram's log-probability, else its context's
  * floor, else `unseen`, summed in order), then the counts of letters, digits and consonants (str.isalpha,
@@ -159,25 +189,9 @@ static PyObject *label_features(PyObject *module, PyObject *const *args, Py_ssiz
         total += v;
     }
     Py_DECREF(text);
-    Py_ssize_t n = PyUnicode_GET_LENGTH(label), letters = 0, digits = 0, consonants = 0, run = 0, best = 0;
-    int kind = PyUnicode_KIND(label);
-    const void *data = PyUnicode_DATA(label);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        int alpha = Py_UNICODE_ISALPHA(c);
-        digits += Py_UNICODE_ISDIGIT(c) != 0;
-        if (alpha && !(c == 'a' || c == 'e' || c == 'i' || c == 'o' || c == 'u' || c == 'y')) {
-            letters++;
-            consonants++;
-            run++;
-            best = run > best ? run : best;
-        }
-        else {
-            letters += alpha != 0;
-            run = 0;
-        }
-    }
-    return Py_BuildValue("(dnnnn)", total / (double)grams, letters, digits, consonants, best);
+    LabelCounts counts = label_counts(label);
+    return Py_BuildValue("(dnnnn)", total / (double)grams, counts.letters, counts.digits, counts.consonants,
+                         counts.best);
 }
 
 #include "dns_windows.h"

@@ -178,7 +178,7 @@ static PyObject *nm_rounded(double value)
 /* The NameFeatures of a label not in the memo (what NameScorer.features_reference computes). */
 static PyObject *nm_compute(NameModelObject *m, PyObject *label)
 {
-    Py_ssize_t n = PyUnicode_GET_LENGTH(label), letters = 0, digits = 0, consonants = 0, run = 0, best = 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(label);
     int kind = PyUnicode_KIND(label);
     const void *data = PyUnicode_DATA(label);
     /* The trigrams of "^^" + label + "$", summed in order: the model's value, else its context's, else unseen. */
@@ -199,22 +199,8 @@ static PyObject *nm_compute(NameModelObject *m, PyObject *label)
         b = c;
     }
     double ll = total / (double)(n + 1);
-    /* Letters, digits and consonants as str.isalpha, str.isdigit and not in "aeiouy"; the longest consonant run. */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        int alpha = Py_UNICODE_ISALPHA(c);
-        digits += Py_UNICODE_ISDIGIT(c) != 0;
-        if (alpha && !(c == 'a' || c == 'e' || c == 'i' || c == 'o' || c == 'u' || c == 'y')) {
-            letters++;
-            consonants++;
-            run++;
-            best = run > best ? run : best;
-        }
-        else {
-            letters += alpha != 0;
-            run = 0;
-        }
-    }
+    LabelCounts counts = label_counts(label); /* dpi.c, shared with label_features */
+    Py_ssize_t letters = counts.letters, digits = counts.digits, consonants = counts.consonants, best = counts.best;
     PyObject *entropy_object = shannon_entropy(NULL, label);
     if (entropy_object == NULL)
         return NULL;
