@@ -191,22 +191,8 @@ def required_literal(pattern: str, shortest: int = 3) -> str:
         if c == "(":
             if _FLAG_GROUP.search(pattern[i:]) is not None:
                 return ""  # `(?i)` is no atom: a quantifier after it applies to what came before
-            depth, i = 1, i + 1
-            while i < n and depth:
-                ch = pattern[i]
-                if ch == "\\":
-                    i += 2
-                    continue
-                if ch == "[":
-                    close = _class_end(pattern, i)
-                    if close < 0:
-                        return ""
-                    i = close + 1
-                    continue
-                depth += ch == "("
-                depth -= ch == ")"
-                i += 1
-            if depth:
+            i = _group_end(pattern, i)
+            if i < 0:
                 return ""
             end_run()
             continue
@@ -310,26 +296,43 @@ def _class_chars(inside: str) -> str:
 
 def _has_alternation(pattern: str) -> bool:
     """Whether a `|` stands at the top level (outside groups, classes and escapes); True when unsure."""
-    i, depth = 0, 0
+    i = 0
     while i < len(pattern):
         c = pattern[i]
         if c == "\\":
             i += 2
+        elif c == "[":
+            i = _class_end(pattern, i) + 1
+        elif c == "(":
+            i = _group_end(pattern, i)
+        elif c in "|)":
+            return True  # a top-level `|`, or a `)` closing nothing
+        else:
+            i += 1
+        if i <= 0:
+            return True  # not read: say "maybe"
+    return False
+
+
+def _group_end(pattern: str, start: int) -> int:
+    """The index just past the `)` closing the group opened at `start`, or -1 (unbalanced, or a class in it not
+    read by _class_end)."""
+    depth, i = 1, start + 1
+    while i < len(pattern) and depth:
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
             continue
-        if c == "[":
+        if ch == "[":
             close = _class_end(pattern, i)
             if close < 0:
-                return True  # not read: say "maybe"
+                return -1
             i = close + 1
             continue
-        if c == "|" and depth == 0:
-            return True
-        depth += c == "("
-        depth -= c == ")"
-        if depth < 0:
-            return True
+        depth += ch == "("
+        depth -= ch == ")"
         i += 1
-    return depth != 0
+    return -1 if depth else i
 
 
 def _class_end(pattern: str, start: int) -> int:
