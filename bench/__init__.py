@@ -1,0 +1,18 @@
+"""Benchmarks (`make bench`): one module per bench, each writing its figures as text and JSON under var/bench/."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parent.parent / "var" / "bench"
+
+
+def write_figures(name: str, lines: list[str], figures: dict[str, Any]) -> None:
+    """var/bench/<name>.txt (the time, then `lines`) and <name>.json (`figures` with the same time as "measured")."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    (OUT / f"{name}.txt").write_text("\n".join([when, *lines]) + "\n")
+    (OUT / f"{name}.json").write_text(json.dumps({"measured": when, **figures}, indent=1) + "\n")

@@ -9,15 +9,14 @@ both must be the same. Figures go to stdout and to var/bench/behaviour.txt and v
 
 from __future__ import annotations
 
-import datetime
-import json
 import logging
 import random
 import statistics
 import time
 from collections import deque
 
-from bench.pipeline_bench import OUT, corpus, finished_flows
+from bench import write_figures
+from bench.pipeline_bench import corpus, finished_flows
 
 ROUNDS = 7
 NS = 1_000_000_000
@@ -89,14 +88,11 @@ def main() -> None:
     ]
     for line in lines:
         print(line, flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    (OUT / "behaviour.txt").write_text("\n".join([when, *lines]) + "\n")
-    figures = {"measured": when, "flows": len(flows), "detections": found["c"], "rounds": ROUNDS,
+    figures = {"flows": len(flows), "detections": found["c"], "rounds": ROUNDS,
                "layer_us_per_flow": {k: round(v, 3) for k, v in layers.items()},
                "ratio": round(layers["c"] / layers["python"], 3),
                "beacon_scores_us_per_call": {k: round(v, 3) for k, v in scores.items()}}
-    (OUT / "behaviour.json").write_text(json.dumps(figures, indent=1) + "\n")
+    write_figures("behaviour", lines, figures)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,6 @@ var/bench/cluster.txt and var/bench/cluster.json.
 
 from __future__ import annotations
 
-import datetime
-import json
 import logging
 import os
 import shutil
@@ -30,8 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import write_figures
+
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "var" / "bench"
 ROUNDS = 5
 PARTITIONS = 16
 
@@ -196,15 +195,12 @@ def main() -> None:
                    f"packets/s, analysis off {alone:,.0f} packets/s (ratio {ingest / alone:.2f}; median of {ROUNDS})")
     print(line, flush=True)
     print(ingest_line, flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    (OUT / "cluster.txt").write_text(f"{when}\n{line}\n{ingest_line}\n")
-    figures = {"measured": when, "flows": len(flows), "packets": packets, "rounds": ROUNDS, "partitions": PARTITIONS,
+    figures = {"flows": len(flows), "packets": packets, "rounds": ROUNDS, "partitions": PARTITIONS,
                "flows_per_s": {"local_channel": round(local), "redis_streams": round(over_redis)},
                "ratio_redis_to_local": round(over_redis / local, 3),
                "ingest_packets_per_s": {"to_redis": round(ingest), "analysis_off": round(alone)},
                "ratio_ingest_to_redis_vs_off": round(ingest / alone, 3)}
-    (OUT / "cluster.json").write_text(json.dumps(figures, indent=1) + "\n")
+    write_figures("cluster", [line, ingest_line], figures)
 
 
 if __name__ == "__main__":

@@ -12,15 +12,14 @@ stdout and to var/bench/dns.txt and var/bench/dns.json.
 
 from __future__ import annotations
 
-import datetime
-import json
 import logging
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
-from bench.pipeline_bench import OUT, corpus, finished_flows
+from bench import write_figures
+from bench.pipeline_bench import corpus, finished_flows
 
 ROUNDS = 5
 
@@ -130,15 +129,12 @@ def main() -> None:
     ]
     for line in lines:
         print(line, flush=True)
-    OUT.mkdir(parents=True, exist_ok=True)
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    (OUT / "dns.txt").write_text("\n".join([when, *lines]) + "\n")
-    figures = {"measured": when, "flows": len(all_flows), "dns_flows": len(flows), "rounds": ROUNDS,
+    figures = {"flows": len(all_flows), "dns_flows": len(flows), "rounds": ROUNDS,
                "detectors_us_per_flow": {k: round(v, 3) for k, v in detectors.items()},
                "split_us_per_name": {k: round(v, 3) for k, v in split.items()},
                "label_features_us_per_label": {k: round(v, 3) for k, v in features.items()},
                "features_us_per_new_label": {k: round(v, 3) for k, v in new_label.items()}}
-    (OUT / "dns.json").write_text(json.dumps(figures, indent=1) + "\n")
+    write_figures("dns", lines, figures)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ and var/bench/pipeline.json.
 
 from __future__ import annotations
 
-import datetime
-import json
 import logging
 import shutil
 import statistics
@@ -23,8 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import write_figures
+
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "var" / "bench"
 ROUNDS = 5
 E2E_ROUNDS = 3
 
@@ -265,16 +264,13 @@ def main() -> None:
                 f"analysis process {on:,.0f} (ratio {on / off:.2f}), analysis on a thread of the server "
                 f"{e2e['thread']:,.0f} (ratio {e2e['thread'] / off:.2f}); median of {E2E_ROUNDS}")
     print(e2e_line)
-    OUT.mkdir(parents=True, exist_ok=True)
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    (OUT / "pipeline.txt").write_text("\n".join([when, *lines, tls_line, hello_line, e2e_line]) + "\n")
-    figures = {"measured": when, "packets": packets, "flows": len(flows), "pipeline_flows_per_s": round(rate),
+    figures = {"packets": packets, "flows": len(flows), "pipeline_flows_per_s": round(rate),
                "pipeline_us_per_flow": round(1e6 / rate, 2), "detections": detections, "alerts": alerts,
                "tls_us_per_flow": {k: round(v, 2) for k, v in tls.items()},
                "tls_hello_us_per_flow": {k: {n: round(v, 2) for n, v in c.items()} for k, c in hellos.items()},
                "e2e_packets_per_s": {"ingestion_only": round(off), "with_analysis": round(on),
                                          "with_analysis_thread": round(e2e["thread"])}}
-    (OUT / "pipeline.json").write_text(json.dumps(figures, indent=1) + "\n")
+    write_figures("pipeline", [*lines, tls_line, hello_line, e2e_line], figures)
 
 
 if __name__ == "__main__":

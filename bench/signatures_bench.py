@@ -10,14 +10,13 @@ each flow timed on its own (the timer's cost is in both engines' figures alike).
 
 from __future__ import annotations
 
-import datetime
-import json
 import logging
 import statistics
 import time
 from typing import Any
 
-from bench.pipeline_bench import OUT, ROOT, corpus, finished_flows
+from bench import write_figures
+from bench.pipeline_bench import ROOT, corpus, finished_flows
 
 ROUNDS = 7
 
@@ -100,11 +99,8 @@ def main() -> None:
     print(line, flush=True)
     if costs["detections"]["lazy"] != costs["detections"]["reference"]:
         raise SystemExit("the lazy engine and the reference disagree on the corpus")
-    OUT.mkdir(parents=True, exist_ok=True)
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    (OUT / "signatures.txt").write_text(f"{when}\n{line}\n")
-    figures = {"measured": when, "flows": len(flows), "rounds": ROUNDS,
+    figures = {"flows": len(flows), "rounds": ROUNDS,
                **{k: round(v, 3) if isinstance(v, float) else v for k, v in costs.items() if k != "by_type"},
                "by_type": {kind: {k: round(v, 3) if isinstance(v, float) else v for k, v in t.items()}
                            for kind, t in costs["by_type"].items()}}
-    (OUT / "signatures.json").write_text(json.dumps(figures, indent=1) + "\n")
+    write_figures("signatures", [line], figures)
