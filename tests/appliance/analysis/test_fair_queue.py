@@ -77,19 +77,27 @@ def test_dns_answers_are_taken_a_batch_at_a_time_under_their_bound() -> None:
 
 
 def test_a_batch_of_dns_answers_wakes_a_waiting_sender() -> None:
+    """The sender is woken by the batch, not by its own timeout: it is waiting (the lock released in wait) when
+    the batch comes, and returns at once."""
+    import time
+
     from appliance.analysis import fair_queue
 
     hand_off = fair_queue.QueuedHandOff(queue_size=10)
-    woken = threading.Event()
+    waiting = threading.Event()
+    waited: list[float] = []
 
     def sender() -> None:
         with hand_off._queue.cond:
-            hand_off._queue.cond.wait_for(lambda: hand_off._dns, timeout=5)
-            woken.set()
+            waiting.set()  # observe_answers can take the lock only once wait_for has released it
+            start = time.monotonic()
+            hand_off._queue.cond.wait_for(lambda: hand_off._dns, timeout=10)
+            waited.append(time.monotonic() - start)
 
     thread = threading.Thread(target=sender)
     thread.start()
+    assert waiting.wait(5)
     hand_off.observe_answers([("a", b"1"), ("a", b"2")])
-    assert woken.wait(5)
-    thread.join(5)
+    thread.join(15)
+    assert waited and waited[0] < 2  # without the wake-up it waits the whole 10 s
     assert [m for _, m, _ in hand_off._dns] == [b"1", b"2"]
