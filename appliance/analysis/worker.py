@@ -49,7 +49,7 @@ class Worker:
         self.flows_received = 0
         self.frames_refused = 0  # frames that did not decode (a bug on the other side): counted, skipped
         self._send_lock = threading.Lock()
-        self._stop = threading.Event()
+        self.stopped = threading.Event()  # set when serve() ends: the process's helper threads stop with it
 
     def report(self, **extra: Any) -> None:
         signatures = self.parts.signatures
@@ -62,7 +62,7 @@ class Worker:
 
     def _report_loop(self) -> None:
         last: tuple[int, ...] | None = None
-        while not self._stop.wait(STATS_EVERY):
+        while not self.stopped.wait(STATS_EVERY):
             now = (self.flows_received, self.pipeline.alerts_generated, self.parts.signatures.reloads)
             if now != last:
                 try:
@@ -109,7 +109,7 @@ class Worker:
             log.warning("the server's end of the analysis channel closed: exiting")
         finally:
             self.stores.alerts.commit()
-            self._stop.set()
+            self.stopped.set()
             self.parts.watcher.stop()
             if self.parts.exporter is not None:
                 self.parts.exporter.stop()
@@ -169,9 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     worker = Worker(channel, settings)
     log.info("analysis process ready in %.1f s", time.monotonic() - started)
-    from appliance.app import tune_garbage_collector
+    from appliance.app import tune_analysis_garbage_collector
 
-    tune_garbage_collector()
+    tune_analysis_garbage_collector(worker.stopped)
     worker.serve()
     return 0
 

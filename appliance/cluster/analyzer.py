@@ -418,12 +418,12 @@ class Analyzer:
 def run_analyzer(settings: Settings) -> int:
     """`python -m appliance` with `cluster.role: analyzer`: analyse until SIGTERM or SIGINT."""
     from appliance.__main__ import wait_for_stop_signal
-    from appliance.app import tune_garbage_collector
+    from appliance.app import tune_analysis_garbage_collector
 
     # A fatal error ends the wait below as a signal would; the exit status then says it failed.
     analyzer = Analyzer(settings, on_fatal=lambda: os.kill(os.getpid(), signal.SIGTERM))
     analyzer.start()
-    tune_garbage_collector()
+    tune_analysis_garbage_collector(threading.Event())  # a daemon thread: it ends with the process
     print(f"appliance analyzer {analyzer.node} running on {settings.cluster.partitions} partitions "
           f"({settings.cluster.redis_url.split('@')[-1]})", flush=True)
     signum = wait_for_stop_signal()

@@ -40,3 +40,36 @@ def test_stop_flushes_flows_and_leaves_no_thread_behind(tmp_path, monkeypatch):
     while set(_ours_alive()) - before and time.monotonic() < deadline:
         time.sleep(0.05)
     assert set(_ours_alive()) - before == set()
+
+
+def test_an_analysis_process_collects_garbage_on_a_timer_not_on_allocations():
+    """Automatic collection off (allocations never trigger a pass), a full collection every `every`
+    seconds: a cycle made after start-up is gone within a few periods, and the timer stops with `stop`."""
+    import gc
+    import weakref
+
+    from appliance.app import tune_analysis_garbage_collector
+
+    class Node:
+        pass
+
+    thresholds, stop = gc.get_threshold(), threading.Event()
+    try:
+        thread = tune_analysis_garbage_collector(stop, every=0.05)
+        assert not gc.isenabled()
+        count = gc.get_count()[0]
+        kept = [[] for _ in range(thresholds[0] + 10)]  # more tracked objects than would trigger a pass
+        assert gc.get_count()[0] >= count + len(kept)  # none ran: the count only grew
+        cycle = Node()
+        cycle.me = cycle
+        gone = weakref.ref(cycle)
+        del cycle, kept
+        assert wait_for(lambda: gone() is None, timeout=5), "the timed collection never ran"
+        stop.set()
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+    finally:
+        stop.set()
+        gc.unfreeze()
+        gc.enable()
+        gc.set_threshold(*thresholds)

@@ -154,3 +154,38 @@ def test_the_samples_the_process_leaves_undecoded_change_no_detection(tmp_path: 
     seen: list = []
     assert detections(masked) == detections(whole)
     assert len(seen[0]) > 50
+
+
+def test_analysis_makes_no_cyclic_garbage(tmp_path: Path) -> None:
+    """What the analysis process's collector policy rests on (app.tune_analysis_garbage_collector: no
+    automatic collection, a timed one): every scenario analysed with the collector off leaves nothing for
+    it to find."""
+    import gc
+
+    from appliance.analysis import worker as worker_module
+    from appliance.config import parse_settings
+
+    streams = [sc.benign_office(n, minutes=10) for n in range(2)] + [
+        sc.iodine_tunnel(), sc.dnscat2_tunnel(), sc.dga_malware(), sc.dns_flood(), sc.raw_ip_tls(), sc.icmp_tunnel(),
+        sc.icmp_tunnel(kind="icmpsh"), sc.http_exfiltration(), sc.http_covert(), sc.beaconing(), sc.volume_spike()]
+    frame = record_codec.encode(flows_of(*streams))
+
+    class Quiet:
+        def send_json(self, *args: Any) -> None:
+            pass
+
+    settings = parse_settings({"paths": {"state_dir": str(tmp_path), "certs_dir": str(tmp_path / "c"),
+                                         "static_dir": str(tmp_path / "s"), "signatures_dir": str(ROOT / "rules")}}, "test")
+    worker = worker_module.Worker(Quiet(), settings)  # type: ignore[arg-type]
+    alerts: list[str] = []
+    worker.parts.channel.subscribe(lambda event, alert: alerts.append(event))
+    gc.collect()
+    gc.disable()
+    try:
+        worker._flows(frame)
+        worker.stores.alerts.commit()
+        assert worker.pipeline.detections_generated > 50 and "opened" in alerts  # the detectors and the store ran
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+        worker.stores.db.close()
