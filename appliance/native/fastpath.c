@@ -2362,7 +2362,25 @@ typedef struct {
     PyObject *dns;    /* the record's DNS messages, a list (samples link to them) */
     PyObject *head[H_COUNT]; /* borrowed: the record's fields every sample repeats */
     uint32_t protocol;
+    IntSlot first_time, last_time; /* the timestamps of the record's first and last DNS messages (its first_ns
+                                    * and last_ns when it is a DNS flow) */
 } ReadCtx;
+
+static void read_ctx_clear(ReadCtx *ctx)
+{
+    Py_CLEAR(ctx->first_time.o);
+    Py_CLEAR(ctx->last_time.o);
+}
+
+/* A record's first_ns or last_ns: its first or last DNS message's int when equal, else the field's. */
+static PyObject *record_time(const ReadCtx *sub, uint64_t v, IntSlot *slot)
+{
+    if (sub->first_time.o != NULL && sub->first_time.v == v)
+        return Py_NewRef(sub->first_time.o);
+    if (sub->last_time.o != NULL && sub->last_time.v == v)
+        return Py_NewRef(sub->last_time.o);
+    return cached_int(slot, v);
+}
 
 /* Call `make` with the `n` new references in args (released here, NULL among them meaning a failure). */
 static PyObject *call_owned(PyObject *make, PyObject **args, Py_ssize_t n)
@@ -2425,10 +2443,17 @@ static int on_dns(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *e
         buf_clear(&answers);
         return -1;
     }
+    PyObject *time = msg_int(&m, DM_TIMESTAMP, c->dns);
+    if (time != NULL) {
+        if (ctx->first_time.o == NULL)
+            ctx->first_time = (IntSlot){m.v[DM_TIMESTAMP], Py_NewRef(time)};
+        Py_XSETREF(ctx->last_time.o, Py_NewRef(time));
+        ctx->last_time.v = m.v[DM_TIMESTAMP];
+    }
     PyObject *args[] = {
         msg_int(&m, DM_ID, c->dns), PyBool_FromLong((long)m.v[DM_IS_RESPONSE]), msg_int(&m, DM_RCODE, c->dns),
         msg_str(&m, DM_QNAME, &c->names), msg_int(&m, DM_QTYPE, c->dns), msg_int(&m, DM_QCLASS, c->dns),
-        buf_list(&answers), PyBool_FromLong((long)m.v[DM_MALFORMED]), msg_int(&m, DM_TIMESTAMP, c->dns),
+        buf_list(&answers), PyBool_FromLong((long)m.v[DM_MALFORMED]), time,
     };
     msg_fields_clear(&m);
     return buf_push(ctx->out, make_owned(ctx->mk->make_dns, args, 9));
@@ -2478,6 +2503,7 @@ static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
     if (read_message(p, end, KINDS(RECORD_KINDS), &m, on_dns, &sub, 1)) {
         msg_fields_clear(&m);
         buf_clear(&items);
+        read_ctx_clear(&sub);
         return -1;
     }
     PyObject *transports = ctx->mk->transports;
@@ -2490,12 +2516,15 @@ static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
                                                                     ? (Py_ssize_t)protocol : 0));
     static const int int_fields[][2] = {
         {RF_LOCAL_IP, W_LOCAL_IP}, {RF_LOCAL_PORT, W_LOCAL_PORT}, {RF_REMOTE_IP, W_REMOTE_IP},
-        {RF_REMOTE_PORT, W_REMOTE_PORT}, {RF_FIRST, W_FIRST}, {RF_LAST, W_LAST}, {RF_PK_OUT, W_PK_OUT},
+        {RF_REMOTE_PORT, W_REMOTE_PORT}, {RF_PK_OUT, W_PK_OUT},
         {RF_PK_IN, W_PK_IN}, {RF_BY_OUT, W_BY_OUT}, {RF_BY_IN, W_BY_IN}, {RF_PB_OUT, W_PB_OUT},
         {RF_PB_IN, W_PB_IN}, {RF_FLAGS, W_FLAGS}, {RF_PID, W_PID},
     };
     for (size_t i = 0; i < sizeof(int_fields) / sizeof(int_fields[0]); i++)
         args[int_fields[i][0]] = msg_int(&m, int_fields[i][1], c->record);
+    args[RF_FIRST] = record_time(&sub, m.v[W_FIRST], &c->record[W_FIRST]);
+    args[RF_LAST] = record_time(&sub, m.v[W_LAST], &c->record[W_LAST]);
+    read_ctx_clear(&sub);
     args[RF_NAME] = msg_str(&m, W_NAME, &c->heads);
     args[RF_END] = msg_str(&m, W_END, &c->heads);
     args[RF_COUNT] = sub.dns = buf_list(&items);
@@ -2618,6 +2647,7 @@ static int on_agent_dns(void *vctx, uint32_t field, const uint8_t *p, const uint
     ReadCtx sub = {.mk = ctx->mk, .cache = ctx->cache, .out = &one};
     PyObject *agent = msg_str(&m, AD_AGENT, &ctx->cache->heads);
     PyObject *item = agent == NULL || on_dns(&sub, DM_ANSWERS, r.p, r.end) ? NULL : PyTuple_New(3);
+    read_ctx_clear(&sub);
     if (item != NULL) {
         PyTuple_SET_ITEM(item, 0, agent);
         PyTuple_SET_ITEM(item, 1, one.items[0]); /* moved out of `one` */
