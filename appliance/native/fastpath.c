@@ -2180,7 +2180,9 @@ _Static_assert(sizeof(RECORD_KINDS) <= MSG_MAX_FIELD + 1 && sizeof(RECORD_SAMPLE
 #define HEAD_CACHE 4 /* agent ids, process names, end reasons */
 
 typedef struct {
-    PyObject *s[NAME_CACHE]; /* ASCII strings made by ascii_str; NULL: empty */
+    PyObject *s[NAME_CACHE];     /* ASCII strings made by ascii_str; NULL: empty */
+    const uint8_t *at[NAME_CACHE]; /* their characters and lengths, compared without touching the objects */
+    uint32_t len[NAME_CACHE];
     unsigned size, next;
 } StrCache;
 
@@ -2248,15 +2250,16 @@ static PyObject *cached_str(StrCache *cache, const uint8_t *p, uint32_t n)
 {
     if (cache == NULL || n <= 1)
         return ascii_str(p, n);
-    for (unsigned i = 0; i < cache->size; i++) {
-        PyObject *s = cache->s[i];
-        if (s != NULL && PyUnicode_GET_LENGTH(s) == (Py_ssize_t)n && memcmp(PyUnicode_1BYTE_DATA(s), p, n) == 0)
-            return Py_NewRef(s);
-    }
+    for (unsigned i = 0; i < cache->size; i++)
+        if (cache->len[i] == n && memcmp(cache->at[i], p, n) == 0) /* an empty entry has length 0 */
+            return Py_NewRef(cache->s[i]);
     PyObject *s = ascii_str(p, n);
     if (s != NULL) {
-        Py_XSETREF(cache->s[cache->next], Py_NewRef(s));
-        cache->next = (cache->next + 1) % cache->size;
+        unsigned i = cache->next;
+        Py_XSETREF(cache->s[i], Py_NewRef(s));
+        cache->at[i] = PyUnicode_1BYTE_DATA(s);
+        cache->len[i] = n;
+        cache->next = (i + 1) % cache->size;
     }
     return s;
 }

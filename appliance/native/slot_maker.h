@@ -40,7 +40,7 @@ static PyTypeObject SlotMakerType;
  * tp_alloc zeroed it first, a tenth of the record decoder's time. */
 static PyObject *slot_maker_alloc(SlotMaker *self)
 {
-    return self->dense ? _PyObject_GC_New(self->cls) : self->cls->tp_alloc(self->cls, 0);
+    return self->dense ? PyObject_GC_New(PyObject, self->cls) : self->cls->tp_alloc(self->cls, 0);
 }
 
 /* Set the slots of `obj` (from slot_maker_alloc) to items[0..nargs), stolen, and the defaults. */
