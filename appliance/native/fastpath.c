@@ -2018,29 +2018,30 @@ static PyObject *fastpath_dns_wire(PyObject *module, PyObject *args, PyObject *k
 enum { K_SKIP, K_U32, K_U64, K_BOOL, K_STR, K_BYTES, K_MSG, K_LATER }; /* up to K_BOOL: varints */
 #define MSG_MAX_FIELD 21
 
-/* A string or bytes field's last value: absent, its bytes in the batch (any bytes; ASCII for a string), or a
- * non-ASCII string already decoded. */
-enum { V_ABSENT, V_SPAN, V_OBJECT };
-
+/* The last value of each field read, by field number. A field is set when its bit is: a varint in `v` (else 0);
+ * a string or bytes field as its bytes in the batch (`at`, `len`: any bytes, ASCII for a string) or as a
+ * non-ASCII string already decoded (`o`). Bits, not zeroed arrays: clearing the arrays was a sixth of the
+ * reader's time. */
 typedef struct {
+    uint32_t has_v, has_span, has_obj;
+    const uint8_t *later; /* the tag of the first K_LATER field (read in a second pass); NULL: none */
     uint64_t v[MSG_MAX_FIELD + 1];
-    uint8_t state[MSG_MAX_FIELD + 1];
     uint32_t len[MSG_MAX_FIELD + 1];
     const uint8_t *at[MSG_MAX_FIELD + 1];
     PyObject *o[MSG_MAX_FIELD + 1];
-    const uint8_t *later; /* the tag of the first K_LATER field (read in a second pass); NULL: none */
-    uint32_t n;           /* fields [0, n) are set up: the kinds table's (a message's fields are all in it) */
 } MsgFields;
+
+static inline uint64_t msg_v(const MsgFields *m, int field)
+{
+    return m->has_v >> field & 1 ? m->v[field] : 0;
+}
 
 typedef int (*OnMessage)(void *ctx, uint32_t field, const uint8_t *p, const uint8_t *end);
 
 static void msg_fields_clear(MsgFields *m)
 {
-    for (uint32_t i = 0; i < m->n; i++)
-        if (m->state[i] == V_OBJECT) {
-            Py_DECREF(m->o[i]);
-            m->state[i] = V_ABSENT;
-        }
+    for (; m->has_obj; m->has_obj &= m->has_obj - 1)
+        Py_DECREF(m->o[__builtin_ctz(m->has_obj)]);
 }
 
 /* Most varints of a record (tags, lengths, small fields) are one byte: read without the loop. */
@@ -2093,9 +2094,7 @@ static inline int is_ascii(const uint8_t *p, size_t n)
 static int read_message(const uint8_t *p, const uint8_t *end, const uint8_t *kinds, uint32_t nkinds, MsgFields *m,
                         OnMessage on_message, void *ctx, int depth)
 {
-    m->n = nkinds <= MSG_MAX_FIELD + 1 ? nkinds : MSG_MAX_FIELD + 1;
-    memset(m->v, 0, m->n * sizeof(m->v[0]));
-    memset(m->state, 0, m->n);
+    m->has_v = m->has_span = m->has_obj = 0;
     m->later = NULL;
     while (p < end) {
         const uint8_t *tag_at = p;
@@ -2113,6 +2112,7 @@ static int read_message(const uint8_t *p, const uint8_t *end, const uint8_t *kin
             if (dec_varint(&p, end, &v))
                 return -1;
             m->v[field] = kind == K_U32 ? (uint32_t)v : kind == K_BOOL ? v != 0 : v;
+            m->has_v |= 1u << field;
             continue;
         }
         uint64_t n;
@@ -2130,16 +2130,19 @@ static int read_message(const uint8_t *p, const uint8_t *end, const uint8_t *kin
             PyObject *value = PyUnicode_DecodeUTF8((const char *)sub, (Py_ssize_t)n, NULL);
             if (value == NULL)
                 return -1;
-            if (m->state[field] == V_OBJECT)
+            if (m->has_obj >> field & 1)
                 Py_DECREF(m->o[field]);
             m->o[field] = value;
-            m->state[field] = V_OBJECT;
+            m->has_obj |= 1u << field;
+            m->has_span &= ~(1u << field);
         } else {
-            if (m->state[field] == V_OBJECT)
+            if (m->has_obj >> field & 1) {
                 Py_DECREF(m->o[field]);
+                m->has_obj &= ~(1u << field);
+            }
             m->at[field] = sub;
             m->len[field] = (uint32_t)n;
-            m->state[field] = V_SPAN;
+            m->has_span |= 1u << field;
         }
     }
     return 0;
@@ -2267,25 +2270,22 @@ static PyObject *cached_str(StrCache *cache, const uint8_t *p, uint32_t n)
 /* A string field's str (new reference; "" when absent). */
 static PyObject *msg_str(const MsgFields *m, int field, StrCache *cache)
 {
-    switch (m->state[field]) {
-    case V_OBJECT:
+    if (m->has_obj >> field & 1)
         return Py_NewRef(m->o[field]);
-    case V_SPAN:
+    if (m->has_span >> field & 1)
         return cached_str(cache, m->at[field], m->len[field]);
-    default:
-        return Py_NewRef(empty_string);
-    }
+    return Py_NewRef(empty_string);
 }
 
 static PyObject *msg_bytes(const MsgFields *m, int field)
 {
-    return m->state[field] == V_SPAN ? PyBytes_FromStringAndSize((const char *)m->at[field], (Py_ssize_t)m->len[field])
+    return m->has_span >> field & 1 ? PyBytes_FromStringAndSize((const char *)m->at[field], (Py_ssize_t)m->len[field])
                                      : PyBytes_FromStringAndSize(NULL, 0);
 }
 
 static inline PyObject *msg_int(const MsgFields *m, int field, IntSlot *slots)
 {
-    return cached_int(&slots[field], m->v[field]);
+    return cached_int(&slots[field], msg_v(m, field));
 }
 
 /* The items of a list being read, kept in C until it is complete, then moved into a list of their number. */
@@ -2449,14 +2449,14 @@ static int on_dns(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *e
     PyObject *time = msg_int(&m, DM_TIMESTAMP, c->dns);
     if (time != NULL) {
         if (ctx->first_time.o == NULL)
-            ctx->first_time = (IntSlot){m.v[DM_TIMESTAMP], Py_NewRef(time)};
+            ctx->first_time = (IntSlot){msg_v(&m, DM_TIMESTAMP), Py_NewRef(time)};
         Py_XSETREF(ctx->last_time.o, Py_NewRef(time));
-        ctx->last_time.v = m.v[DM_TIMESTAMP];
+        ctx->last_time.v = msg_v(&m, DM_TIMESTAMP);
     }
     PyObject *args[] = {
-        msg_int(&m, DM_ID, c->dns), PyBool_FromLong((long)m.v[DM_IS_RESPONSE]), msg_int(&m, DM_RCODE, c->dns),
+        msg_int(&m, DM_ID, c->dns), PyBool_FromLong((long)msg_v(&m, DM_IS_RESPONSE)), msg_int(&m, DM_RCODE, c->dns),
         msg_str(&m, DM_QNAME, &c->names), msg_int(&m, DM_QTYPE, c->dns), msg_int(&m, DM_QCLASS, c->dns),
-        buf_list(&answers), PyBool_FromLong((long)m.v[DM_MALFORMED]), time,
+        buf_list(&answers), PyBool_FromLong((long)msg_v(&m, DM_MALFORMED)), time,
     };
     msg_fields_clear(&m);
     return buf_push(ctx->out, make_owned(ctx->mk->make_dns, args, 9));
@@ -2480,7 +2480,7 @@ static int on_sample(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
                                  PyBytes_FromStringAndSize((const char *)b + 4, PyBytes_GET_SIZE(payload) - 4)};
         Py_SETREF(icmp, make_owned(ctx->mk->make_icmp, icmp_args, 3));
     }
-    uint64_t index = m.v[S_DNS_INDEX];
+    uint64_t index = msg_v(&m, S_DNS_INDEX);
     PyObject *message = index > 0 && index <= (uint64_t)PyList_GET_SIZE(ctx->dns)
                             ? PyList_GET_ITEM(ctx->dns, (Py_ssize_t)index - 1) : Py_None;
     PyObject *args[] = {
@@ -2510,7 +2510,7 @@ static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
         return -1;
     }
     PyObject *transports = ctx->mk->transports;
-    uint64_t protocol = m.v[W_PROTOCOL];
+    uint64_t protocol = msg_v(&m, W_PROTOCOL);
     PyObject *args[RF_COUNT + 2];
     args[RF_FLOW_ID] = msg_str(&m, W_FLOW_ID, NULL); /* unique */
     args[RF_AGENT_ID] = msg_str(&m, W_AGENT_ID, &c->heads);
@@ -2525,8 +2525,8 @@ static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
     };
     for (size_t i = 0; i < sizeof(int_fields) / sizeof(int_fields[0]); i++)
         args[int_fields[i][0]] = msg_int(&m, int_fields[i][1], c->record);
-    args[RF_FIRST] = record_time(&sub, m.v[W_FIRST], &c->record[W_FIRST]);
-    args[RF_LAST] = record_time(&sub, m.v[W_LAST], &c->record[W_LAST]);
+    args[RF_FIRST] = record_time(&sub, msg_v(&m, W_FIRST), &c->record[W_FIRST]);
+    args[RF_LAST] = record_time(&sub, msg_v(&m, W_LAST), &c->record[W_LAST]);
     read_ctx_clear(&sub);
     args[RF_NAME] = msg_str(&m, W_NAME, &c->heads);
     args[RF_END] = msg_str(&m, W_END, &c->heads);
@@ -2587,9 +2587,9 @@ static PyObject *fastpath_decode_records(PyObject *module, PyObject *const *args
     PyBuffer_Release(&data);
     msg_fields_clear(&m);
     cache_clear(&cache);
-    if (rc == 0 && m.v[RB_VERSION] != 1) {
+    if (rc == 0 && msg_v(&m, RB_VERSION) != 1) {
         PyErr_Format(PyExc_ValueError, "flow record batch version %llu; this reader reads version 1",
-                     (unsigned long long)m.v[RB_VERSION]);
+                     (unsigned long long)msg_v(&m, RB_VERSION));
         rc = -1;
     }
     if (rc < 0) {
@@ -2654,7 +2654,7 @@ static int on_agent_dns(void *vctx, uint32_t field, const uint8_t *p, const uint
     if (item != NULL) {
         PyTuple_SET_ITEM(item, 0, agent);
         PyTuple_SET_ITEM(item, 1, one.items[0]); /* moved out of `one` */
-        PyTuple_SET_ITEM(item, 2, PyBool_FromLong((long)m.v[AD_FROM_EVENT]));
+        PyTuple_SET_ITEM(item, 2, PyBool_FromLong((long)msg_v(&m, AD_FROM_EVENT)));
         one.n = 0;
     } else {
         Py_XDECREF(agent);
