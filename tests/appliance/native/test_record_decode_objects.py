@@ -97,7 +97,7 @@ def assert_identical(made: Any, expected: Any, path: str = "batch") -> None:
         assert gc.is_tracked(made), path  # the collector sees them as it sees the class's own
         for f in dataclasses.fields(expected):
             assert_identical(getattr(made, f.name), getattr(expected, f.name), f"{path}.{f.name}")
-    elif isinstance(expected, list):
+    elif isinstance(expected, (list, tuple)):
         assert len(made) == len(expected), path
         for i, (a, b) in enumerate(zip(made, expected)):
             assert_identical(a, b, f"{path}[{i}]")
@@ -166,6 +166,33 @@ def test_a_sample_mask_only_leaves_samples_out() -> None:
             if not (r.protocol < 256 and mask[r.protocol]):
                 r.samples = []
         assert_identical(record_codec.decode(data, mask), expected)
+
+
+def test_random_dns_batches_read_to_upbs_objects() -> None:
+    """decode_dns_batch shares the DNS message reader and its caches: the same typed comparison, mutations included."""
+    rng = random.Random(17)
+    outcomes = {"refused": 0, "read": 0}
+    for _ in range(300):
+        names = [_text(rng, 0) for _ in range(3)]
+        items = [_message(rng, _strings(rng, [1], 0.01, [b"agent-1", b"agent-2"]) + [field_bytes(2, _dns(rng, names, 0.01))]
+                          + ([field_varint(3, rng.choice([0, 1, 7]))] if rng.random() < 0.5 else []))
+                 for _ in range(rng.randrange(1, 10))]
+        data = b"".join(field_bytes(1, item) for item in items)
+        for batch in (data, mutated(data, rng)):
+            try:
+                expected = record_codec._decode_dns_python(batch)
+            except record_codec.RecordError:
+                expected = "refused"
+            try:
+                made = record_codec.decode_dns(batch)
+            except record_codec.RecordError:
+                made = "refused"
+            outcomes["refused" if made == "refused" else "read"] += 1
+            if made == "refused" or expected == "refused":
+                assert made == expected, batch.hex()
+            else:
+                assert_identical(made, expected)
+    assert outcomes["refused"] > 50 and outcomes["read"] > 300
 
 
 @pytest.mark.parametrize(("fields", "bad"), [
