@@ -206,7 +206,8 @@ def decode(data: bytes, sampled: bytes | None = None) -> list[FlowRecord]:
     entries are skipped unread, and their `samples` stay empty (what a reader that never looks at them wants).
 
     Read in C (fastpath.decode_records): the same records `_decode_python` makes, field for field, at a
-    fraction of the cost of upb attribute reads and a Python call per record, sample and message.
+    fraction of the cost of upb attribute reads and a Python call per record, sample and message. Within one
+    call, equal names and numbers may be one str or int object (they are immutable); lists are never shared.
     """
     try:
         return decode_records(data, _MAKE_RECORD, _MAKE_PACKET, _MAKE_DNS, _MAKE_ANSWER, _MAKE_ICMP, TRANSPORT_OF_PROTOCOL,

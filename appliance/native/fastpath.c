@@ -2006,58 +2006,143 @@ static PyObject *fastpath_dns_wire(PyObject *module, PyObject *args, PyObject *k
  * field kinds; what upb does is matched where the wire is odd (the tests hold the two decoders equal on hostile
  * bytes): a known field with another wire type is an unknown field; the last value of a scalar wins; uint32
  * fields keep the low 32 bits of a longer varint; strings must be UTF-8; unknown groups nest at most
- * GROUP_DEPTH_LIMIT deep, counted from the top of the batch. */
-enum { K_SKIP, K_U32, K_U64, K_BOOL, K_STR, K_BYTES, K_MSG };
+ * GROUP_DEPTH_LIMIT deep, counted from the top of the batch.
+ *
+ * The objects are equal to upb's, field for field and type for type, but fewer: within one call, an ASCII str
+ * equal to one of the last few of its kind is shared (a DNS response repeats its query's name, an answer the
+ * question; a batch repeats its agents and end reasons), and so is an int equal to the last value of the same
+ * field (a flow's local address, a query's id in its response). Both are immutable: sharing shows only to `is`.
+ * The string caches compare bytes, with no hash (names are chosen by whoever sends the packets), over a few
+ * entries. An ASCII string is copied, not decoded; any other is decoded where it is read, so invalid UTF-8
+ * fails at the same place as before, with the same UnicodeDecodeError. */
+enum { K_SKIP, K_U32, K_U64, K_BOOL, K_STR, K_BYTES, K_MSG, K_LATER }; /* up to K_BOOL: varints */
 #define MSG_MAX_FIELD 21
 
+/* The last value of each field read, by field number. A field is set when its bit is: a varint in `v` (else 0);
+ * a string or bytes field as its bytes in the batch (`at`, `len`: any bytes, ASCII for a string) or as a
+ * non-ASCII string already decoded (`o`). Bits, not zeroed arrays: clearing the arrays was a sixth of the
+ * reader's time. */
 typedef struct {
+    uint32_t has_v, has_span, has_obj;
+    const uint8_t *later; /* the tag of the first K_LATER field (read in a second pass); NULL: none */
     uint64_t v[MSG_MAX_FIELD + 1];
-    PyObject *o[MSG_MAX_FIELD + 1]; /* strings and bytes, last value; NULL when absent */
+    uint32_t len[MSG_MAX_FIELD + 1];
+    const uint8_t *at[MSG_MAX_FIELD + 1];
+    PyObject *o[MSG_MAX_FIELD + 1];
 } MsgFields;
+
+static inline uint64_t msg_v(const MsgFields *m, int field)
+{
+    return m->has_v >> field & 1 ? m->v[field] : 0;
+}
 
 typedef int (*OnMessage)(void *ctx, uint32_t field, const uint8_t *p, const uint8_t *end);
 
 static void msg_fields_clear(MsgFields *m)
 {
-    for (int i = 0; i <= MSG_MAX_FIELD; i++)
-        Py_CLEAR(m->o[i]);
+    for (; m->has_obj; m->has_obj &= m->has_obj - 1)
+        Py_DECREF(m->o[__builtin_ctz(m->has_obj)]);
 }
 
-/* Read the fields of one message in [p, end) by `kinds` (indexed by field number, `nkinds` entries). -1 on a
- * broken encoding (no exception set) or a Python error (set). */
+/* Most varints of a record (tags, lengths, small fields) are one byte: read without the loop. */
+static inline int dec_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+    if (*p < end && **p < 0x80) {
+        *out = *(*p)++;
+        return 0;
+    }
+    return read_varint(p, end, out);
+}
+
+static inline int dec_tag(const uint8_t **p, const uint8_t *end, uint32_t *field, uint32_t *wt)
+{
+    if (*p < end && **p < 0x80 && **p >= 8) { /* field 0 takes read_tag's refusal */
+        uint8_t b = *(*p)++;
+        *field = b >> 3;
+        *wt = b & 7;
+        return 0;
+    }
+    return read_tag(p, end, field, wt);
+}
+
+static inline int dec_length(const uint8_t **p, const uint8_t *end, uint64_t *n)
+{
+    if (*p < end && **p < 0x80) {
+        *n = *(*p)++;
+        return *n > (uint64_t)(end - *p) ? -1 : 0;
+    }
+    return read_length(p, end, n);
+}
+
+static inline int is_ascii(const uint8_t *p, size_t n)
+{
+    uint64_t acc = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        acc |= w;
+    }
+    for (; i < n; i++)
+        acc |= p[i];
+    return (acc & 0x8080808080808080ULL) == 0;
+}
+
+/* Read the fields of one message in [p, end) by `kinds` (indexed by field number, `nkinds` entries) into `m`
+ * (set up here; msg_fields_clear releases it, whatever the outcome). -1 on a broken encoding (no exception set)
+ * or a Python error (set). */
 static int read_message(const uint8_t *p, const uint8_t *end, const uint8_t *kinds, uint32_t nkinds, MsgFields *m,
                         OnMessage on_message, void *ctx, int depth)
 {
+    m->has_v = m->has_span = m->has_obj = 0;
+    m->later = NULL;
     while (p < end) {
+        const uint8_t *tag_at = p;
         uint32_t field, wt;
-        if (read_tag(&p, end, &field, &wt))
+        if (dec_tag(&p, end, &field, &wt))
             return -1;
         int kind = field < nkinds ? kinds[field] : K_SKIP;
-        if (kind != K_SKIP && wt == (kind == K_STR || kind == K_BYTES || kind == K_MSG ? 2u : 0u)) {
-            if (wt == 0) {
-                uint64_t v;
-                if (read_varint(&p, end, &v))
-                    return -1;
-                m->v[field] = kind == K_U32 ? (uint32_t)v : kind == K_BOOL ? v != 0 : v;
-                continue;
-            }
-            uint64_t n;
-            if (read_length(&p, end, &n))
+        if (kind == K_SKIP || wt != (kind <= K_BOOL ? 0u : 2u)) {
+            if (skip_field(&p, end, field, wt, depth))
                 return -1;
-            const uint8_t *sub = p;
-            p += n;
-            if (kind == K_MSG) {
-                if (on_message(ctx, field, sub, p))
-                    return -1;
-                continue;
-            }
-            PyObject *value = kind == K_STR ? PyUnicode_DecodeUTF8((const char *)sub, (Py_ssize_t)n, NULL)
-                                            : PyBytes_FromStringAndSize((const char *)sub, (Py_ssize_t)n);
+            continue;
+        }
+        if (wt == 0) {
+            uint64_t v;
+            if (dec_varint(&p, end, &v))
+                return -1;
+            m->v[field] = kind == K_U32 ? (uint32_t)v : kind == K_BOOL ? v != 0 : v;
+            m->has_v |= 1u << field;
+            continue;
+        }
+        uint64_t n;
+        if (dec_length(&p, end, &n))
+            return -1;
+        const uint8_t *sub = p;
+        p += n;
+        if (kind == K_MSG) {
+            if (on_message(ctx, field, sub, p))
+                return -1;
+        } else if (kind == K_LATER) {
+            if (m->later == NULL)
+                m->later = tag_at;
+        } else if (kind == K_STR && !is_ascii(sub, n)) {
+            PyObject *value = PyUnicode_DecodeUTF8((const char *)sub, (Py_ssize_t)n, NULL);
             if (value == NULL)
                 return -1;
-            Py_XSETREF(m->o[field], value);
-        } else if (skip_field(&p, end, field, wt, depth)) {
-            return -1;
+            if (m->has_obj >> field & 1)
+                Py_DECREF(m->o[field]);
+            m->o[field] = value;
+            m->has_obj |= 1u << field;
+            m->has_span &= ~(1u << field);
+        } else {
+            if (m->has_obj >> field & 1) {
+                Py_DECREF(m->o[field]);
+                m->has_obj &= ~(1u << field);
+            }
+            m->at[field] = sub;
+            m->len[field] = (uint32_t)n;
+            m->has_span |= 1u << field;
         }
     }
     return 0;
@@ -2079,15 +2164,191 @@ static const uint8_t SAMPLE_KINDS[] = {
     [S_TIMESTAMP] = K_U64, [S_DIRECTION] = K_U32, [S_SIZE] = K_U32, [S_PAYLOAD] = K_BYTES, [S_TCP_FLAGS] = K_U32,
     [S_PID] = K_U32, [S_PROCESS_NAME] = K_STR, [S_DNS_INDEX] = K_U32,
 };
+/* A record's samples are read in a second pass, from the first of them: they link to DNS messages that may
+ * follow them. */
 static const uint8_t RECORD_KINDS[] = {
     [W_FLOW_ID] = K_STR, [W_AGENT_ID] = K_STR, [W_PROTOCOL] = K_U32, [W_LOCAL_IP] = K_U32, [W_LOCAL_PORT] = K_U32,
     [W_REMOTE_IP] = K_U32, [W_REMOTE_PORT] = K_U32, [W_FIRST] = K_U64, [W_LAST] = K_U64, [W_PK_OUT] = K_U64,
     [W_PK_IN] = K_U64, [W_BY_OUT] = K_U64, [W_BY_IN] = K_U64, [W_PB_OUT] = K_U64, [W_PB_IN] = K_U64,
     [W_FLAGS] = K_U32, [W_PID] = K_U32, [W_NAME] = K_STR, [W_END] = K_STR, [S_RECORD_DNS] = K_MSG,
+    [S_RECORD_SAMPLES] = K_LATER,
 };
-/* The second pass over a record: its samples only (they link to DNS messages that may follow them). */
 static const uint8_t RECORD_SAMPLE_KINDS[] = {[S_RECORD_SAMPLES] = K_MSG};
+_Static_assert(sizeof(RECORD_KINDS) <= MSG_MAX_FIELD + 1 && sizeof(RECORD_SAMPLE_KINDS) <= MSG_MAX_FIELD + 1,
+               "MsgFields holds every field of a kinds table");
 #define KINDS(table) (table), (uint32_t)(sizeof(table) / sizeof((table)[0]))
+
+/* The objects one call shares (see above): the last few ASCII strings of a kind, the last int of each field. */
+#define NAME_CACHE 8 /* DNS names and answer data: a flow's names, its answers' addresses */
+#define HEAD_CACHE 4 /* agent ids, process names, end reasons */
+
+typedef struct {
+    PyObject *s[NAME_CACHE];     /* ASCII strings made by ascii_str; NULL: empty */
+    const uint8_t *at[NAME_CACHE]; /* their characters and lengths, compared without touching the objects */
+    uint32_t len[NAME_CACHE];
+    unsigned size, next;
+} StrCache;
+
+typedef struct {
+    uint64_t v;
+    PyObject *o; /* NULL: empty */
+} IntSlot;
+
+typedef struct {
+    IntSlot record[MSG_MAX_FIELD + 1], dns[DM_TIMESTAMP + 1], answer[DA_DATA + 1], sample[S_DNS_INDEX + 1];
+    StrCache names, heads;
+} DecodeCache;
+
+static void cache_init(DecodeCache *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->names.size = NAME_CACHE;
+    c->heads.size = HEAD_CACHE;
+}
+
+static void int_slots_clear(IntSlot *slots, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        Py_CLEAR(slots[i].o);
+}
+
+static void cache_clear(DecodeCache *c)
+{
+    int_slots_clear(c->record, sizeof(c->record) / sizeof(IntSlot));
+    int_slots_clear(c->dns, sizeof(c->dns) / sizeof(IntSlot));
+    int_slots_clear(c->answer, sizeof(c->answer) / sizeof(IntSlot));
+    int_slots_clear(c->sample, sizeof(c->sample) / sizeof(IntSlot));
+    for (int i = 0; i < NAME_CACHE; i++) {
+        Py_CLEAR(c->names.s[i]);
+        Py_CLEAR(c->heads.s[i]);
+    }
+}
+
+static PyObject *cached_int(IntSlot *slot, uint64_t v)
+{
+    if (slot->o != NULL && slot->v == v)
+        return Py_NewRef(slot->o);
+    PyObject *o = PyLong_FromUnsignedLongLong(v);
+    if (o != NULL) {
+        Py_XSETREF(slot->o, Py_NewRef(o));
+        slot->v = v;
+    }
+    return o;
+}
+
+/* The str of n ASCII bytes (what PyUnicode_DecodeUTF8 returns for them, without the decoder; one character
+ * comes from its cache of them, as there). */
+static PyObject *ascii_str(const uint8_t *p, uint32_t n)
+{
+    if (n <= 1)
+        return n ? PyUnicode_DecodeUTF8((const char *)p, 1, NULL) : Py_NewRef(empty_string);
+    PyObject *s = PyUnicode_New((Py_ssize_t)n, 127);
+    if (s != NULL)
+        memcpy(PyUnicode_1BYTE_DATA(s), p, n);
+    return s;
+}
+
+/* The str of n ASCII bytes: one of `cache`'s if equal (NULL: no cache), else a new one that replaces its oldest. */
+static PyObject *cached_str(StrCache *cache, const uint8_t *p, uint32_t n)
+{
+    if (cache == NULL || n <= 1)
+        return ascii_str(p, n);
+    for (unsigned i = 0; i < cache->size; i++)
+        if (cache->len[i] == n && memcmp(cache->at[i], p, n) == 0) /* an empty entry has length 0 */
+            return Py_NewRef(cache->s[i]);
+    PyObject *s = ascii_str(p, n);
+    if (s != NULL) {
+        unsigned i = cache->next;
+        Py_XSETREF(cache->s[i], Py_NewRef(s));
+        cache->at[i] = PyUnicode_1BYTE_DATA(s);
+        cache->len[i] = n;
+        cache->next = (i + 1) % cache->size;
+    }
+    return s;
+}
+
+/* A string field's str (new reference; "" when absent). */
+static PyObject *msg_str(const MsgFields *m, int field, StrCache *cache)
+{
+    if (m->has_obj >> field & 1)
+        return Py_NewRef(m->o[field]);
+    if (m->has_span >> field & 1)
+        return cached_str(cache, m->at[field], m->len[field]);
+    return Py_NewRef(empty_string);
+}
+
+static PyObject *msg_bytes(const MsgFields *m, int field)
+{
+    return m->has_span >> field & 1 ? PyBytes_FromStringAndSize((const char *)m->at[field], (Py_ssize_t)m->len[field])
+                                     : PyBytes_FromStringAndSize(NULL, 0);
+}
+
+static inline PyObject *msg_int(const MsgFields *m, int field, IntSlot *slots)
+{
+    return cached_int(&slots[field], msg_v(m, field));
+}
+
+/* The items of a list being read, kept in C until it is complete, then moved into a list of their number. */
+#define ITEMS_INLINE 8
+typedef struct {
+    PyObject **items;
+    Py_ssize_t n, cap;
+    PyObject *inline_items[ITEMS_INLINE];
+} ItemBuf;
+
+static void buf_init(ItemBuf *b)
+{
+    b->items = b->inline_items;
+    b->n = 0;
+    b->cap = ITEMS_INLINE;
+}
+
+static void buf_clear(ItemBuf *b)
+{
+    for (Py_ssize_t i = 0; i < b->n; i++)
+        Py_DECREF(b->items[i]);
+    if (b->items != b->inline_items)
+        PyMem_Free(b->items);
+    buf_init(b);
+}
+
+/* Append `item` (stolen; NULL: a failure, -1). */
+static int buf_push(ItemBuf *b, PyObject *item)
+{
+    if (item == NULL)
+        return -1;
+    if (b->n == b->cap) {
+        size_t cap = (size_t)b->cap * 2;
+        PyObject **grown = b->items == b->inline_items ? PyMem_Malloc(cap * sizeof(PyObject *))
+                                                       : PyMem_Realloc(b->items, cap * sizeof(PyObject *));
+        if (grown == NULL) {
+            Py_DECREF(item);
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (b->items == b->inline_items)
+            memcpy(grown, b->inline_items, sizeof(b->inline_items));
+        b->items = grown;
+        b->cap = (Py_ssize_t)cap;
+    }
+    b->items[b->n++] = item;
+    return 0;
+}
+
+/* A list of the items, moved out of `b` (left empty). */
+static PyObject *buf_list(ItemBuf *b)
+{
+    PyObject *list = PyList_New(b->n);
+    if (list == NULL) {
+        buf_clear(b);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < b->n; i++)
+        PyList_SET_ITEM(list, i, b->items[i]);
+    b->n = 0;
+    buf_clear(b);
+    return list;
+}
 
 typedef struct {
     PyObject *make_record, *make_packet, *make_dns, *make_answer, *make_icmp, *transports;
@@ -2096,16 +2357,33 @@ typedef struct {
 
 enum { H_PROTOCOL, H_TRANSPORT, H_LOCAL_IP, H_REMOTE_IP, H_LOCAL_PORT, H_REMOTE_PORT, H_COUNT };
 
-/* One record being read: what its callbacks append to and what its samples repeat. */
+/* One message being read: what its callbacks append to and what a record's samples repeat. */
 typedef struct {
     const RecordMakers *mk;
-    PyObject *list;   /* answers of a DNS message, DNS messages of a record, samples of a record, records */
-    PyObject *dns;    /* the record's DNS messages (samples link to them) */
+    DecodeCache *cache;
+    ItemBuf *out;     /* answers of a DNS message, DNS messages or samples of a record, records */
+    PyObject *dns;    /* the record's DNS messages, a list (samples link to them) */
     PyObject *head[H_COUNT]; /* borrowed: the record's fields every sample repeats */
     uint32_t protocol;
+    IntSlot first_time, last_time; /* the timestamps of the record's first and last DNS messages (its first_ns
+                                    * and last_ns when it is a DNS flow) */
 } ReadCtx;
 
-static PyObject *field_str(MsgFields *m, int field) { return Py_NewRef(m->o[field] ? m->o[field] : empty_string); }
+static void read_ctx_clear(ReadCtx *ctx)
+{
+    Py_CLEAR(ctx->first_time.o);
+    Py_CLEAR(ctx->last_time.o);
+}
+
+/* A record's first_ns or last_ns: its first or last DNS message's int when equal, else the field's. */
+static PyObject *record_time(const ReadCtx *sub, uint64_t v, IntSlot *slot)
+{
+    if (sub->first_time.o != NULL && sub->first_time.v == v)
+        return Py_NewRef(sub->first_time.o);
+    if (sub->last_time.o != NULL && sub->last_time.v == v)
+        return Py_NewRef(sub->last_time.o);
+    return cached_int(slot, v);
+}
 
 /* Call `make` with the `n` new references in args (released here, NULL among them meaning a failure). */
 static PyObject *call_owned(PyObject *make, PyObject **args, Py_ssize_t n)
@@ -2121,6 +2399,14 @@ static PyObject *call_owned(PyObject *make, PyObject **args, Py_ssize_t n)
     return result;
 }
 
+/* The same; a SlotMaker of n fields takes the references into its instance without a call. */
+static PyObject *make_owned(PyObject *make, PyObject **args, Py_ssize_t n)
+{
+    if (Py_IS_TYPE(make, &SlotMakerType) && ((SlotMaker *)make)->nargs == n)
+        return slot_maker_take((SlotMaker *)make, args);
+    return call_owned(make, args, n);
+}
+
 static int append_owned(PyObject *list, PyObject *item)
 {
     if (item == NULL)
@@ -2134,126 +2420,135 @@ static int on_answer(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
 {
     (void)field;
     ReadCtx *ctx = vctx;
-    MsgFields m = {0};
+    DecodeCache *c = ctx->cache;
+    MsgFields m;
     if (read_message(p, end, KINDS(ANSWER_KINDS), &m, NULL, NULL, 3)) {
         msg_fields_clear(&m);
         return -1;
     }
-    PyObject *args[] = {field_str(&m, DA_NAME), PyLong_FromUnsignedLongLong(m.v[DA_RTYPE]),
-                        PyLong_FromUnsignedLongLong(m.v[DA_TTL]), field_str(&m, DA_DATA)};
+    PyObject *args[] = {msg_str(&m, DA_NAME, &c->names), msg_int(&m, DA_RTYPE, c->answer),
+                        msg_int(&m, DA_TTL, c->answer), msg_str(&m, DA_DATA, &c->names)};
     msg_fields_clear(&m);
-    return append_owned(ctx->list, call_owned(ctx->mk->make_answer, args, 4));
+    return buf_push(ctx->out, make_owned(ctx->mk->make_answer, args, 4));
 }
 
 static int on_dns(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *end)
 {
     (void)field;
     ReadCtx *ctx = vctx;
-    MsgFields m = {0};
-    ReadCtx sub = {.mk = ctx->mk, .list = PyList_New(0)};
-    if (sub.list == NULL)
-        return -1;
+    DecodeCache *c = ctx->cache;
+    ItemBuf answers;
+    buf_init(&answers);
+    ReadCtx sub = {.mk = ctx->mk, .cache = c, .out = &answers};
+    MsgFields m;
     if (read_message(p, end, KINDS(DNS_KINDS), &m, on_answer, &sub, 2)) {
         msg_fields_clear(&m);
-        Py_DECREF(sub.list);
+        buf_clear(&answers);
         return -1;
     }
+    PyObject *time = msg_int(&m, DM_TIMESTAMP, c->dns);
+    if (time != NULL) {
+        if (ctx->first_time.o == NULL)
+            ctx->first_time = (IntSlot){msg_v(&m, DM_TIMESTAMP), Py_NewRef(time)};
+        Py_XSETREF(ctx->last_time.o, Py_NewRef(time));
+        ctx->last_time.v = msg_v(&m, DM_TIMESTAMP);
+    }
     PyObject *args[] = {
-        PyLong_FromUnsignedLongLong(m.v[DM_ID]), PyBool_FromLong((long)m.v[DM_IS_RESPONSE]),
-        PyLong_FromUnsignedLongLong(m.v[DM_RCODE]), field_str(&m, DM_QNAME), PyLong_FromUnsignedLongLong(m.v[DM_QTYPE]),
-        PyLong_FromUnsignedLongLong(m.v[DM_QCLASS]), sub.list, PyBool_FromLong((long)m.v[DM_MALFORMED]),
-        PyLong_FromUnsignedLongLong(m.v[DM_TIMESTAMP]),
+        msg_int(&m, DM_ID, c->dns), PyBool_FromLong((long)msg_v(&m, DM_IS_RESPONSE)), msg_int(&m, DM_RCODE, c->dns),
+        msg_str(&m, DM_QNAME, &c->names), msg_int(&m, DM_QTYPE, c->dns), msg_int(&m, DM_QCLASS, c->dns),
+        buf_list(&answers), PyBool_FromLong((long)msg_v(&m, DM_MALFORMED)), time,
     };
     msg_fields_clear(&m);
-    return append_owned(ctx->list, call_owned(ctx->mk->make_dns, args, 9));
+    return buf_push(ctx->out, make_owned(ctx->mk->make_dns, args, 9));
 }
 
 static int on_sample(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *end)
 {
     (void)field;
     ReadCtx *ctx = vctx;
-    MsgFields m = {0};
+    DecodeCache *c = ctx->cache;
+    MsgFields m;
     if (read_message(p, end, KINDS(SAMPLE_KINDS), &m, NULL, NULL, 2)) {
         msg_fields_clear(&m);
         return -1;
     }
-    PyObject *payload = m.o[S_PAYLOAD] ? Py_NewRef(m.o[S_PAYLOAD]) : PyBytes_FromStringAndSize(NULL, 0);
+    PyObject *payload = msg_bytes(&m, S_PAYLOAD);
     PyObject *icmp = Py_NewRef(Py_None);
     if (payload != NULL && ctx->protocol == 1 && PyBytes_GET_SIZE(payload) >= 4) {
         const uint8_t *b = (const uint8_t *)PyBytes_AS_STRING(payload);
         PyObject *icmp_args[] = {PyLong_FromLong(b[0]), PyLong_FromLong(b[1]),
                                  PyBytes_FromStringAndSize((const char *)b + 4, PyBytes_GET_SIZE(payload) - 4)};
-        Py_SETREF(icmp, call_owned(ctx->mk->make_icmp, icmp_args, 3));
+        Py_SETREF(icmp, make_owned(ctx->mk->make_icmp, icmp_args, 3));
     }
-    uint64_t index = m.v[S_DNS_INDEX];
+    uint64_t index = msg_v(&m, S_DNS_INDEX);
     PyObject *message = index > 0 && index <= (uint64_t)PyList_GET_SIZE(ctx->dns)
                             ? PyList_GET_ITEM(ctx->dns, (Py_ssize_t)index - 1) : Py_None;
     PyObject *args[] = {
-        PyLong_FromUnsignedLongLong(m.v[S_TIMESTAMP]), PyLong_FromUnsignedLongLong(m.v[S_DIRECTION]),
+        msg_int(&m, S_TIMESTAMP, c->sample), msg_int(&m, S_DIRECTION, c->sample),
         Py_NewRef(ctx->head[H_PROTOCOL]), Py_NewRef(ctx->head[H_TRANSPORT]), Py_NewRef(ctx->head[H_LOCAL_IP]),
         Py_NewRef(ctx->head[H_REMOTE_IP]), Py_NewRef(ctx->head[H_LOCAL_PORT]), Py_NewRef(ctx->head[H_REMOTE_PORT]),
-        PyLong_FromUnsignedLongLong(m.v[S_SIZE]), payload, PyLong_FromUnsignedLongLong(m.v[S_TCP_FLAGS]),
-        PyLong_FromUnsignedLongLong(m.v[S_PID]), field_str(&m, S_PROCESS_NAME), Py_NewRef(message), icmp,
+        msg_int(&m, S_SIZE, c->sample), payload, msg_int(&m, S_TCP_FLAGS, c->sample), msg_int(&m, S_PID, c->sample),
+        msg_str(&m, S_PROCESS_NAME, &c->heads), Py_NewRef(message), icmp,
     };
     msg_fields_clear(&m);
-    return append_owned(ctx->list, call_owned(ctx->mk->make_packet, args, 15));
+    return buf_push(ctx->out, make_owned(ctx->mk->make_packet, args, 15));
 }
 
 static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *end)
 {
     (void)field;
     ReadCtx *ctx = vctx;
-    MsgFields m = {0};
-    ReadCtx sub = {.mk = ctx->mk, .list = PyList_New(0)};
-    if (sub.list == NULL)
-        return -1;
-    sub.dns = sub.list;
+    DecodeCache *c = ctx->cache;
+    ItemBuf items;
+    buf_init(&items);
+    ReadCtx sub = {.mk = ctx->mk, .cache = c, .out = &items};
+    MsgFields m;
     if (read_message(p, end, KINDS(RECORD_KINDS), &m, on_dns, &sub, 1)) {
         msg_fields_clear(&m);
-        Py_DECREF(sub.dns);
+        buf_clear(&items);
+        read_ctx_clear(&sub);
         return -1;
     }
     PyObject *transports = ctx->mk->transports;
-    uint64_t protocol = m.v[W_PROTOCOL];
-    PyObject *args[RF_COUNT + 2] = {NULL};
-    args[RF_FLOW_ID] = field_str(&m, W_FLOW_ID);
-    args[RF_AGENT_ID] = field_str(&m, W_AGENT_ID);
-    args[RF_PROTOCOL] = PyLong_FromUnsignedLongLong(protocol);
+    uint64_t protocol = msg_v(&m, W_PROTOCOL);
+    PyObject *args[RF_COUNT + 2];
+    args[RF_FLOW_ID] = msg_str(&m, W_FLOW_ID, NULL); /* unique */
+    args[RF_AGENT_ID] = msg_str(&m, W_AGENT_ID, &c->heads);
+    args[RF_PROTOCOL] = msg_int(&m, W_PROTOCOL, c->record);
     args[RF_TRANSPORT] = Py_NewRef(PyTuple_GET_ITEM(transports, protocol < (uint64_t)PyTuple_GET_SIZE(transports)
                                                                     ? (Py_ssize_t)protocol : 0));
-    args[RF_LOCAL_IP] = PyLong_FromUnsignedLongLong(m.v[W_LOCAL_IP]);
-    args[RF_LOCAL_PORT] = PyLong_FromUnsignedLongLong(m.v[W_LOCAL_PORT]);
-    args[RF_REMOTE_IP] = PyLong_FromUnsignedLongLong(m.v[W_REMOTE_IP]);
-    args[RF_REMOTE_PORT] = PyLong_FromUnsignedLongLong(m.v[W_REMOTE_PORT]);
-    static const int u64_fields[][2] = {
-        {RF_FIRST, W_FIRST}, {RF_LAST, W_LAST}, {RF_PK_OUT, W_PK_OUT}, {RF_PK_IN, W_PK_IN}, {RF_BY_OUT, W_BY_OUT},
-        {RF_BY_IN, W_BY_IN}, {RF_PB_OUT, W_PB_OUT}, {RF_PB_IN, W_PB_IN}, {RF_FLAGS, W_FLAGS}, {RF_PID, W_PID},
+    static const int int_fields[][2] = {
+        {RF_LOCAL_IP, W_LOCAL_IP}, {RF_LOCAL_PORT, W_LOCAL_PORT}, {RF_REMOTE_IP, W_REMOTE_IP},
+        {RF_REMOTE_PORT, W_REMOTE_PORT}, {RF_PK_OUT, W_PK_OUT},
+        {RF_PK_IN, W_PK_IN}, {RF_BY_OUT, W_BY_OUT}, {RF_BY_IN, W_BY_IN}, {RF_PB_OUT, W_PB_OUT},
+        {RF_PB_IN, W_PB_IN}, {RF_FLAGS, W_FLAGS}, {RF_PID, W_PID},
     };
-    for (size_t i = 0; i < sizeof(u64_fields) / sizeof(u64_fields[0]); i++)
-        args[u64_fields[i][0]] = PyLong_FromUnsignedLongLong(m.v[u64_fields[i][1]]);
-    args[RF_NAME] = field_str(&m, W_NAME);
-    args[RF_END] = field_str(&m, W_END);
-    args[RF_COUNT] = sub.dns;
-    args[RF_COUNT + 1] = sub.list = PyList_New(0);
+    for (size_t i = 0; i < sizeof(int_fields) / sizeof(int_fields[0]); i++)
+        args[int_fields[i][0]] = msg_int(&m, int_fields[i][1], c->record);
+    args[RF_FIRST] = record_time(&sub, msg_v(&m, W_FIRST), &c->record[W_FIRST]);
+    args[RF_LAST] = record_time(&sub, msg_v(&m, W_LAST), &c->record[W_LAST]);
+    read_ctx_clear(&sub);
+    args[RF_NAME] = msg_str(&m, W_NAME, &c->heads);
+    args[RF_END] = msg_str(&m, W_END, &c->heads);
+    args[RF_COUNT] = sub.dns = buf_list(&items);
+    const uint8_t *later = m.later;
     msg_fields_clear(&m);
     int ok = 1;
-    for (int i = 0; i < RF_COUNT + 2; i++)
+    for (int i = 0; i < RF_COUNT + 1; i++)
         ok &= args[i] != NULL;
     const uint8_t *sampled = ctx->mk->sampled;
-    if (ok && (sampled == NULL || (protocol < 256 && sampled[protocol]))) {
+    if (ok && later != NULL && (sampled == NULL || (protocol < 256 && sampled[protocol]))) {
         PyObject *const head[H_COUNT] = {args[RF_PROTOCOL], args[RF_TRANSPORT], args[RF_LOCAL_IP],
                                          args[RF_REMOTE_IP], args[RF_LOCAL_PORT], args[RF_REMOTE_PORT]};
         memcpy(sub.head, head, sizeof(head));
         sub.protocol = (uint32_t)protocol;
-        MsgFields none = {0};
-        ok = read_message(p, end, KINDS(RECORD_SAMPLE_KINDS), &none, on_sample, &sub, 1) == 0;
+        MsgFields none;
+        ok = read_message(later, end, KINDS(RECORD_SAMPLE_KINDS), &none, on_sample, &sub, 1) == 0;
+        msg_fields_clear(&none);
     }
-    if (!ok) {
-        for (int i = 0; i < RF_COUNT + 2; i++)
-            Py_XDECREF(args[i]);
-        return -1;
-    }
-    return append_owned(ctx->list, call_owned(ctx->mk->make_record, args, RF_COUNT + 2));
+    args[RF_COUNT + 1] = ok ? buf_list(&items) : NULL; /* the samples, or none: make_owned releases the rest */
+    buf_clear(&items);
+    return buf_push(ctx->out, make_owned(ctx->mk->make_record, args, RF_COUNT + 2));
 }
 
 /* decode_records(data, make_record, make_packet, make_dns, make_answer, make_icmp, transports[, sampled]) -> list;
@@ -2282,25 +2577,28 @@ static PyObject *fastpath_decode_records(PyObject *module, PyObject *const *args
     Py_buffer data;
     if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0)
         return NULL;
-    ReadCtx ctx = {.mk = &mk, .list = PyList_New(0)};
-    MsgFields m = {0};
-    int rc = ctx.list == NULL ? -1
-                              : read_message(data.buf, (const uint8_t *)data.buf + data.len, KINDS(BATCH_KINDS), &m,
-                                             on_record, &ctx, 0);
+    DecodeCache cache;
+    cache_init(&cache);
+    ItemBuf records;
+    buf_init(&records);
+    ReadCtx ctx = {.mk = &mk, .cache = &cache, .out = &records};
+    MsgFields m;
+    int rc = read_message(data.buf, (const uint8_t *)data.buf + data.len, KINDS(BATCH_KINDS), &m, on_record, &ctx, 0);
     PyBuffer_Release(&data);
     msg_fields_clear(&m);
-    if (rc == 0 && m.v[RB_VERSION] != 1) {
+    cache_clear(&cache);
+    if (rc == 0 && msg_v(&m, RB_VERSION) != 1) {
         PyErr_Format(PyExc_ValueError, "flow record batch version %llu; this reader reads version 1",
-                     (unsigned long long)m.v[RB_VERSION]);
+                     (unsigned long long)msg_v(&m, RB_VERSION));
         rc = -1;
     }
     if (rc < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "not a flow record batch: broken protobuf encoding");
-        Py_XDECREF(ctx.list);
+        buf_clear(&records);
         return NULL;
     }
-    return ctx.list;
+    return buf_list(&records);
 }
 
 /* DnsBatch (proto/flow_record.proto): the DNS answers and events that travel ahead of the flows they explain. */
@@ -2327,6 +2625,7 @@ static int on_range(void *vctx, uint32_t field, const uint8_t *p, const uint8_t 
 
 typedef struct {
     const RecordMakers *mk;
+    DecodeCache *cache;
     PyObject *list;
     int merged; /* a message field came twice: the caller reads the batch with upb, which merges them */
 } DnsBatchCtx;
@@ -2335,7 +2634,7 @@ static int on_agent_dns(void *vctx, uint32_t field, const uint8_t *p, const uint
 {
     (void)field;
     DnsBatchCtx *ctx = vctx;
-    MsgFields m = {0};
+    MsgFields m;
     MsgRange r = {p, p, 0}; /* absent: an empty message, all defaults, as upb reads it */
     if (read_message(p, end, KINDS(AGENT_DNS_KINDS), &m, on_range, &r, 1)) {
         msg_fields_clear(&m);
@@ -2346,19 +2645,21 @@ static int on_agent_dns(void *vctx, uint32_t field, const uint8_t *p, const uint
         msg_fields_clear(&m);
         return -1;
     }
-    ReadCtx one = {.mk = ctx->mk, .list = PyList_New(0)};
-    if (one.list == NULL || on_dns(&one, DM_ANSWERS, r.p, r.end)) {
-        Py_XDECREF(one.list);
-        msg_fields_clear(&m);
-        return -1;
-    }
-    PyObject *item = PyTuple_New(3);
+    ItemBuf one;
+    buf_init(&one);
+    ReadCtx sub = {.mk = ctx->mk, .cache = ctx->cache, .out = &one};
+    PyObject *agent = msg_str(&m, AD_AGENT, &ctx->cache->heads);
+    PyObject *item = agent == NULL || on_dns(&sub, DM_ANSWERS, r.p, r.end) ? NULL : PyTuple_New(3);
+    read_ctx_clear(&sub);
     if (item != NULL) {
-        PyTuple_SET_ITEM(item, 0, field_str(&m, AD_AGENT));
-        PyTuple_SET_ITEM(item, 1, Py_NewRef(PyList_GET_ITEM(one.list, 0)));
-        PyTuple_SET_ITEM(item, 2, PyBool_FromLong((long)m.v[AD_FROM_EVENT]));
+        PyTuple_SET_ITEM(item, 0, agent);
+        PyTuple_SET_ITEM(item, 1, one.items[0]); /* moved out of `one` */
+        PyTuple_SET_ITEM(item, 2, PyBool_FromLong((long)msg_v(&m, AD_FROM_EVENT)));
+        one.n = 0;
+    } else {
+        Py_XDECREF(agent);
     }
-    Py_DECREF(one.list);
+    buf_clear(&one);
     msg_fields_clear(&m);
     return append_owned(ctx->list, item);
 }
@@ -2375,13 +2676,17 @@ static PyObject *fastpath_decode_dns_batch(PyObject *module, PyObject *const *ar
     Py_buffer data;
     if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0)
         return NULL;
-    DnsBatchCtx ctx = {.mk = &mk, .list = PyList_New(0)};
-    MsgFields m = {0};
+    DecodeCache cache;
+    cache_init(&cache);
+    DnsBatchCtx ctx = {.mk = &mk, .cache = &cache, .list = PyList_New(0)};
+    MsgFields m;
     int rc = ctx.list == NULL ? -1
                               : read_message(data.buf, (const uint8_t *)data.buf + data.len, KINDS(DNS_BATCH_KINDS), &m,
                                              on_agent_dns, &ctx, 0);
     PyBuffer_Release(&data);
-    msg_fields_clear(&m);
+    if (ctx.list != NULL)
+        msg_fields_clear(&m);
+    cache_clear(&cache);
     if (rc < 0) {
         Py_XDECREF(ctx.list);
         if (ctx.merged && !PyErr_Occurred())

@@ -129,3 +129,22 @@ def test_classes_a_maker_cannot_build_exactly_are_refused():
         SlotMaker(IcmpInfo, ("type", "code", "data"), ([],))
     with pytest.raises(TypeError, match="instance dict"):
         SlotMaker(NoSlots, ("a",))
+
+
+@pytest.mark.parametrize("kind", [SlotMaker, dpi.SlotMaker])
+def test_a_class_with_more_than_its_slots_is_made_zeroed_by_its_allocator(kind):
+    """The maker allocates unzeroed only when the slots are the whole instance; a weakref slot is not one of them
+    and must start empty (a garbage pointer there would crash weakref.ref or the deallocator)."""
+    import weakref
+
+    @dataclass(slots=True, weakref_slot=True)
+    class Referable:
+        a: int
+        b: str
+
+    made = [slot_maker(Referable, kind=kind)(i, "b") for i in range(50)]
+    refs = [weakref.ref(m) for m in made]
+    assert made[7] == Referable(7, "b") and gc.is_tracked(made[7]) and refs[7]() is made[7]
+    del made
+    gc.collect()
+    assert all(r() is None for r in refs)
