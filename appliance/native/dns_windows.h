@@ -26,8 +26,10 @@
  *     that have enough queries for the tunneling judge, or None; dga_due/flood_due: whether the DGA and
  *     flood judges can fire (the same tests, the same arithmetic as their first lines in Python).
  * dga_scan(flow, agents, make_state, askers, split_memo, split, cap, prevalence_window_ns, burst_window_ns,
- *          max_agents, max_per_agent, max_domains) -> (state, now_ns, close_due, failed_any) or None
- *     DgaSignals.analyze up to its judge (appliance/detection/dpi/dga_signals.py), the same way.
+ *          max_agents, max_per_agent, max_domains, minimum) -> (state, now_ns, close_due, failed_any) or None
+ *     DgaSignals.analyze up to where its judge can fire (appliance/detection/dpi/dga_signals.py), the same way.
+ * dga_unresolved(failed, askers, horizon, cap) -> int
+ *     The start of DgaSignals._judge: the expiry of an agent's failures, and how many unknown ones are left.
  */
 #include <string.h>
 #include <structmember.h>
@@ -1369,6 +1371,68 @@ static int dgas_fail(PyObject *failed, PyObject *pair, long long ts, Py_ssize_t 
     return 0;
 }
 
+/*
+ * The start of DgaSignals._judge: failures older than `horizon` leave from the front (up to the first one inside
+ * it, as the judge's loop did), then how many of those left are unknown (fewer than `cap` agents asked for them).
+ */
+static Py_ssize_t dgas_unresolved(PyObject *failed, PyObject *askers, long long horizon, Py_ssize_t cap)
+{
+    PyObject *gone = NULL, *key, *value;  /* made only when a failure leaves */
+    Py_ssize_t pos = 0, count = -1;
+    while (PyDict_Next(failed, &pos, &key, &value)) {
+        if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2) {
+            PyErr_SetString(PyExc_TypeError, "failed values must be (ts, label) tuples");
+            goto done;
+        }
+        long long ts = PyLong_AsLongLong(PyTuple_GET_ITEM(value, 0));
+        if (ts == -1 && PyErr_Occurred())
+            goto done;
+        if (ts >= horizon)
+            break;
+        if ((gone == NULL && (gone = PyList_New(0)) == NULL) || PyList_Append(gone, key) < 0)
+            goto done;
+    }
+    for (Py_ssize_t i = 0; gone != NULL && i < PyList_GET_SIZE(gone); i++) {
+        if (PyDict_DelItem(failed, PyList_GET_ITEM(gone, i)) < 0)
+            goto done;
+    }
+    Py_ssize_t unknown = 0;
+    pos = 0;
+    while (PyDict_Next(failed, &pos, &key, &value)) {
+        PyObject *entry = PyDict_GetItemWithError(askers, key);
+        if (entry == NULL) {
+            if (PyErr_Occurred())
+                goto done;
+            unknown++;
+            continue;
+        }
+        if (!PyList_Check(entry) || PyList_GET_SIZE(entry) != 2 || !PyAnySet_Check(PyList_GET_ITEM(entry, 1))) {
+            PyErr_SetString(PyExc_TypeError, "askers values must be [ts, set of agents]");
+            goto done;
+        }
+        unknown += PySet_GET_SIZE(PyList_GET_ITEM(entry, 1)) < cap;
+    }
+    count = unknown;
+done:
+    Py_XDECREF(gone);
+    return count;
+}
+
+/* dga_unresolved(failed, askers, horizon, cap) -> int: see dgas_unresolved. */
+static PyObject *dga_unresolved(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "dga_unresolved(failed: dict, askers: dict, horizon, cap)");
+        return NULL;
+    }
+    long long horizon = PyLong_AsLongLong(args[2]);
+    Py_ssize_t cap = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_ssize_t count = dgas_unresolved(args[0], args[1], horizon, cap);
+    return count < 0 ? NULL : PyLong_FromSsize_t(count);
+}
+
 /* state.<attribute> += delta for an int attribute. */
 static int dgas_add(PyObject *state, dnsw_attr *attribute, long long delta)
 {
@@ -1386,17 +1450,21 @@ static int dgas_add(PyObject *state, dnsw_attr *attribute, long long delta)
 
 /*
  * dga_scan(flow, agents, make_state, askers, split_memo, split, cap, prevalence_window_ns, burst_window_ns,
- *          max_agents, max_per_agent, max_domains) -> (state, now_ns, close_due) or None
+ *          max_agents, max_per_agent, max_domains, minimum) -> (state, now_ns, close_due, failed_any) or None
  * DgaSignals.analyze up to its judge (dga_signals_reference.py is its Python twin): the flow's agent state
  * (found in `agents`, or made by make_state(first_ns) after clearing a full dict), its failed registered
  * domains, answer counts and resolved TTLs, and the domains' askers, updated in place. close_due: the burst
- * window has run its length; None when the window is not due and no name failed (most flows).
+ * window has run its length. failed_any: a name failed and the judge can fire; when the window is not due,
+ * the start of the judge runs here (dgas_unresolved: the expiry, then the unknown failures counted) and a
+ * count below `minimum` (the smaller of the two detectors' minimums, where the judge returns nothing) is no
+ * failure. None when neither is left (most flows).
  */
 static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 12 || !PyDict_Check(args[1]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4])) {
+    if (nargs != 13 || !PyDict_Check(args[1]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError, "dga_scan(flow, agents: dict, make_state, askers: dict, split_memo: dict, split, "
-                                         "cap, prevalence_window_ns, burst_window_ns, max_agents, max_per_agent, max_domains)");
+                                         "cap, prevalence_window_ns, burst_window_ns, max_agents, max_per_agent, max_domains, "
+                                         "minimum)");
         return NULL;
     }
     PyObject *flow = args[0], *agents = args[1], *make_state = args[2], *askers = args[3];
@@ -1404,11 +1472,15 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
     Py_ssize_t cap = PyLong_AsSsize_t(args[6]), max_agents = PyLong_AsSsize_t(args[9]);
     Py_ssize_t max_per_agent = PyLong_AsSsize_t(args[10]), max_domains = PyLong_AsSsize_t(args[11]);
     double window_ns = PyFloat_AsDouble(args[7]);
-    long long burst_window_ns = PyLong_AsLongLong(args[8]);
+    long long burst_window_ns = PyLong_AsLongLong(args[8]), minimum = PyLong_AsLongLong(args[12]);
     if (PyErr_Occurred())
         return NULL;
     if (max_agents < 1 || max_per_agent < 1 || max_domains < 1) {
         PyErr_SetString(PyExc_ValueError, "dga_scan(): bounds must be positive");
+        return NULL;
+    }
+    if (burst_window_ns < 0 || burst_window_ns >= DNSW_TS_LIMIT) {  /* now_ns - burst_window_ns cannot wrap */
+        PyErr_SetString(PyExc_ValueError, "dga_scan(): burst window out of range");
         return NULL;
     }
     long long first_ns, last_ns;
@@ -1526,6 +1598,12 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
     if (dnsw_timestamp(dnsw_get(state, &dnsw_attr_window_start), "state window_start", &window_start) < 0)
         goto done;
     int close_due = now_ns - window_start >= burst_window_ns;
+    if (failed_any && !close_due) {  /* the window closes before the judge's expiry: then the judge does it all */
+        Py_ssize_t unknown = dgas_unresolved(failed, askers, now_ns - burst_window_ns, cap);
+        if (unknown < 0)
+            goto done;
+        failed_any = unknown >= minimum;
+    }
     if (!close_due && !failed_any)
         out = Py_NewRef(Py_None);
     else

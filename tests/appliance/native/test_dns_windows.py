@@ -72,7 +72,7 @@ def test_dga_scan_refuses_hostile_records_and_changes_nothing(fields: dict[str, 
     askers: dict = {}
 
     def scan(flow: FlowRecord) -> object:
-        return dpi.dga_scan(flow, agents, DgaSignals._new_state, askers, {}, lambda name: (name, name), 3, 1e12, 10**12, 4, 4, 4)
+        return dpi.dga_scan(flow, agents, DgaSignals._new_state, askers, {}, lambda name: (name, name), 3, 1e12, 10**12, 4, 4, 4, 1)
 
     with pytest.raises((TypeError, ValueError, AttributeError)):
         scan(_flow(**fields))
