@@ -23,8 +23,9 @@
  *     .scan(flow) -> (agent, queries, now_ns, judged, dga_due, flood_due), or None when no judge is due
  *     Everything DnsAnalyzer.analyze did before its judges: the messages, the flood buckets, the expiry of
  *     the agent's scored domains. judged: [(registered, window)] of the touched windows (first-touch order)
- *     that have enough queries for the tunneling judge, or None; dga_due/flood_due: whether the DGA and
- *     flood judges can fire (the same tests, the same arithmetic as their first lines in Python).
+ *     that pass the tunneling judge's first tests (enough queries, by names or by volume), or None;
+ *     dga_due/flood_due: whether the DGA and flood judges can fire. Each is the judge's own test before it asks
+ *     the throttle, with the same arithmetic, so a judge runs in Python only when it may report.
  * dga_scan(flow, agents, make_state, askers, split_memo, split, cap, prevalence_window_ns, burst_window_ns,
  *          max_agents, max_per_agent, max_domains, minimum) -> (state, now_ns, close_due, failed_any) or None
  *     DgaSignals.analyze up to where its judge can fire (appliance/detection/dpi/dga_signals.py), the same way.
@@ -582,6 +583,9 @@ typedef struct {
     int configured;
     long long tunnel_window_ns, min_tunnel_queries, dga_window_ns, min_suspicious_domains, bucket_ns, warmup_buckets;
     double name_threshold, bucket_s, absolute_qps, baseline_min_qps, baseline_z;
+    /* The judges' first tests: a window (or an agent) that fails them is not handed to Python. */
+    long long min_unique_subdomains, min_name_bytes, nxdomain_min_responses;
+    double min_mean_subdomain_length, min_label_entropy, min_suspicious_share, nxdomain_ratio;
 } DnsScannerObject;
 
 static PyTypeObject DnsScannerType;
@@ -1074,12 +1078,42 @@ static int dnsw_flood_due(DnsScannerObject *s, AgentDnsObject *a)
     return rate >= s->absolute_qps || (warm && rate >= s->baseline_min_qps && z >= s->baseline_z);
 }
 
+/* The tests at the start of DnsAnalyzer._judge_tunneling, with the same arithmetic: may a tunneling detector fire? */
+static int dnsw_tunneling_due(DnsScannerObject *s, DomainWindowObject *w)
+{
+    long long n = w->count, unique = PyDict_GET_SIZE(w->subdomains);
+    if (n < s->min_tunnel_queries || n < 1)
+        return 0;
+    double mean_len = (double)w->length_sum / (double)n, mean_entropy = w->entropy_sum / (double)n;
+    int by_names = mean_len >= s->min_mean_subdomain_length && mean_entropy >= s->min_label_entropy
+                   && unique >= s->min_unique_subdomains;
+    int by_volume = unique >= s->min_unique_subdomains && w->unique_bytes >= s->min_name_bytes
+                    && mean_len >= s->min_mean_subdomain_length / 2;
+    return by_names || by_volume;
+}
+
+/* The tests at the start of DnsAnalyzer._judge_dga (after dnsw_expire_domains), with the same arithmetic. */
+static int dnsw_dga_due(DnsScannerObject *s, AgentDnsObject *a)
+{
+    if ((double)a->suspicious < (double)s->min_suspicious_domains / 2)
+        return 0;
+    Py_ssize_t total = PyDict_GET_SIZE(a->domains);
+    double share = total ? (double)a->suspicious / (double)total : 0.0;
+    double nx_ratio = a->count ? (double)a->nx_count / (double)a->count : 0.0;
+    return (a->suspicious >= s->min_suspicious_domains && share >= s->min_suspicious_share)
+           || (a->count >= s->nxdomain_min_responses && nx_ratio >= s->nxdomain_ratio);
+}
+
 static PyObject *DnsScanner_configure(DnsScannerObject *s, PyObject *args)
 {
-    if (!PyArg_ParseTuple(args, "LLdLLLddddL:configure", &s->tunnel_window_ns, &s->min_tunnel_queries, &s->name_threshold,
-                          &s->dga_window_ns, &s->min_suspicious_domains, &s->bucket_ns, &s->bucket_s,
-                          &s->absolute_qps, &s->baseline_min_qps, &s->baseline_z, &s->warmup_buckets))
+    if (!PyArg_ParseTuple(args, "LLdLLLddddLLddLdLd:configure", &s->tunnel_window_ns, &s->min_tunnel_queries,
+                          &s->name_threshold, &s->dga_window_ns, &s->min_suspicious_domains, &s->bucket_ns, &s->bucket_s,
+                          &s->absolute_qps, &s->baseline_min_qps, &s->baseline_z, &s->warmup_buckets,
+                          &s->min_unique_subdomains, &s->min_mean_subdomain_length, &s->min_label_entropy,
+                          &s->min_name_bytes, &s->min_suspicious_share, &s->nxdomain_min_responses, &s->nxdomain_ratio)) {
+        s->configured = 0;
         return NULL;
+    }
     if (s->tunnel_window_ns < 0 || s->tunnel_window_ns >= DNSW_TS_LIMIT || s->dga_window_ns < 0
         || s->dga_window_ns >= DNSW_TS_LIMIT || s->bucket_ns < 1 || !(s->bucket_s > 0.0)) {
         s->configured = 0;
@@ -1173,13 +1207,13 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
     if (queries) {
         if (dnsw_expire_domains(s, agent, now_ns) < 0 || (flood_due = dnsw_flood_due(s, agent)) < 0)
             goto done;
-        dga_due = (double)agent->suspicious >= (double)s->min_suspicious_domains / 2;
+        dga_due = dnsw_dga_due(s, agent);
     }
     /* Windows with fewer queries than the tunneling judge needs are not judged. */
     Py_ssize_t pos = 0;
     PyObject *key, *value;
     while (PyDict_Next(touched, &pos, &key, &value)) {
-        if (((DomainWindowObject *)value)->count >= s->min_tunnel_queries) {
+        if (dnsw_tunneling_due(s, (DomainWindowObject *)value)) {
             if (judged == NULL && (judged = PyList_New(0)) == NULL)
                 goto done;
             PyObject *item = PyTuple_Pack(2, key, value);
@@ -1214,7 +1248,9 @@ static PyMethodDef DnsScanner_methods[] = {
      "or None when no judge is due."},
     {"configure", (PyCFunction)DnsScanner_configure, METH_VARARGS,
      "configure(tunnel_window_ns, min_tunnel_queries, name_threshold, dga_window_ns, min_suspicious_domains, "
-     "bucket_ns, bucket_s, absolute_qps, baseline_min_qps, baseline_z, warmup_buckets): the config in force."},
+     "bucket_ns, bucket_s, absolute_qps, baseline_min_qps, baseline_z, warmup_buckets, min_unique_subdomains, "
+     "min_mean_subdomain_length, min_label_entropy, min_name_bytes, min_suspicious_share, nxdomain_min_responses, "
+     "nxdomain_ratio): the config in force."},
     {NULL},
 };
 

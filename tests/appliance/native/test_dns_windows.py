@@ -33,7 +33,7 @@ def test_dga_scan_matches_the_python_reference_under_small_bounds() -> None:
 
 def _scanner(agents: dict | None = None) -> dpi.DnsScanner:
     scanner = dpi.DnsScanner({} if agents is None else agents, {}, {}, lambda name: (name, name), {}, lambda label: 0.5, 10, 10)
-    scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1)
+    scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1, 1, 1.0, 0.0, 1, 0.0, 1, 0.0)
     return scanner
 
 
@@ -86,11 +86,11 @@ def test_a_split_or_score_that_fails_raises_cleanly() -> None:
         raise KeyError(name)
 
     scanner = dpi.DnsScanner({}, {}, {}, broken, {}, lambda label: 0.5, 10, 10)
-    scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1)
+    scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1, 1, 1.0, 0.0, 1, 0.0, 1, 0.0)
     with pytest.raises(KeyError):
         scanner.scan(_flow())
     scanner = dpi.DnsScanner({}, {}, {}, lambda name: ("x", 1), {}, lambda label: 0.5, 10, 10)  # not two str
-    scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1)
+    scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1, 1, 1.0, 0.0, 1, 0.0, 1, 0.0)
     with pytest.raises(TypeError):
         scanner.scan(_flow())
     with pytest.raises(RuntimeError):
