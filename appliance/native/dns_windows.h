@@ -84,6 +84,33 @@ static PyObject *dnsw_get(PyObject *obj, dnsw_attr *attr)
     return Py_NewRef(value);
 }
 
+/* obj.<attribute> = value (a new reference taken): the slot itself when dnsw_get found one on this type and the type
+ * sets attributes the generic way (no __setattr__ of its own), else PyObject_SetAttr. Call dnsw_get first. */
+static int dnsw_set(PyObject *obj, dnsw_attr *attr, PyObject *value)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    if (type == attr->type && attr->offset >= 0 && type->tp_setattro == PyObject_GenericSetAttr) {
+        PyObject **slot = (PyObject **)((char *)obj + attr->offset);
+        Py_XSETREF(*slot, Py_NewRef(value));
+        return 0;
+    }
+    return PyObject_SetAttr(obj, attr->name, value);
+}
+
+/* (first, second), both stolen; NULL, with both released, when either is NULL. */
+static PyObject *dnsw_pair(PyObject *first, PyObject *second)
+{
+    PyObject *pair = (first != NULL && second != NULL) ? PyTuple_New(2) : NULL;
+    if (pair == NULL) {
+        Py_XDECREF(first);
+        Py_XDECREF(second);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, first);
+    PyTuple_SET_ITEM(pair, 1, second);
+    return pair;
+}
+
 /* -- a deque(maxlen=20) of flow ids ---------------------------------------------------------------- */
 typedef struct {
     PyObject *ids[DNSW_FLOW_IDS];
@@ -92,9 +119,18 @@ typedef struct {
 
 static int dnsw_ids_contains(const dnsw_ids *ring, PyObject *id)
 {
+    /* str ids (all that ingestion makes) are told apart by their hashes first: kept in the object, no compare. */
+    Py_hash_t hash = PyUnicode_CheckExact(id) ? PyObject_Hash(id) : -1;
+    if (hash == -1 && PyErr_Occurred())
+        return -1;
     /* Newest first: a flow's queries find their own id (the same object) at once. */
     for (int i = ring->count - 1; i >= 0; i--) {
-        int equal = PyObject_RichCompareBool(ring->ids[(ring->head + i) % DNSW_FLOW_IDS], id, Py_EQ);
+        PyObject *other = ring->ids[(ring->head + i) % DNSW_FLOW_IDS];
+        if (other == id)
+            return 1;
+        if (hash != -1 && PyUnicode_CheckExact(other) && PyObject_Hash(other) != hash)
+            continue;
+        int equal = PyObject_RichCompareBool(other, id, Py_EQ);
         if (equal != 0)
             return equal;  /* 1, or -1 with an exception set */
     }
@@ -218,6 +254,17 @@ static int dnsw_events_push(DomainWindowObject *w, dnsw_event event)
     return 0;
 }
 
+/* count * log2(count) for the counts of one symbol in a name (a DNS name has at most 253): computed once, by the
+ * same expression entropy_of_bytes (dpi.c) uses, so that the sums are the same to the bit. */
+#define DNSW_CLOG_COUNTS 256
+static double dnsw_clog[DNSW_CLOG_COUNTS];
+
+static void dnsw_clog_init(void)
+{
+    for (Py_ssize_t c = 0; c < DNSW_CLOG_COUNTS; c++)
+        dnsw_clog[c] = c > 1 ? (double)c * log2((double)c) : 0.0;
+}
+
 /* Bits per character of `sub` without its dots, as shannon_entropy(sub.replace(".", "")); its length too. */
 static int dnsw_flat_entropy(PyObject *sub, long long *flat_len, double *entropy)
 {
@@ -248,7 +295,7 @@ static int dnsw_flat_entropy(PyObject *sub, long long *flat_len, double *entropy
         double weighted = 0.0;
         for (unsigned s = lo; s <= hi; s++) {
             if (counts[s] > 1)
-                weighted += (double)counts[s] * log2((double)counts[s]);
+                weighted += counts[s] < DNSW_CLOG_COUNTS ? dnsw_clog[counts[s]] : (double)counts[s] * log2((double)counts[s]);
         }
         *entropy = log2((double)flat) - weighted / (double)flat;
         return 0;
@@ -516,7 +563,7 @@ static int dnsw_remember_domain(AgentDnsObject *a, PyObject *registered, long lo
         if (PyDict_DelItem(a->domains, registered) < 0)
             return -1;
     }
-    PyObject *pair = Py_BuildValue("(Ld)", ts, score);
+    PyObject *pair = dnsw_pair(PyLong_FromLongLong(ts), PyFloat_FromDouble(score));
     if (pair == NULL || PyDict_SetItem(a->domains, registered, pair) < 0) {
         Py_XDECREF(pair);
         return -1;
@@ -829,7 +876,7 @@ static int dnsw_previous_flush(dnsw_previous *previous, AgentDnsObject *agent)
     if (!previous->pending)
         return 0;
     previous->pending = 0;
-    PyObject *value = Py_BuildValue("(Ld)", previous->pending_ts, previous->score);
+    PyObject *value = dnsw_pair(PyLong_FromLongLong(previous->pending_ts), PyFloat_FromDouble(previous->score));
     int status = value != NULL ? PyDict_SetItem(agent->domains, previous->registered, value) : -1;
     Py_XDECREF(value);
     return status;
@@ -1361,9 +1408,14 @@ static int dgas_count_asker(PyObject *askers, PyObject *registered, PyObject *ag
     if (entry == NULL || (double)(ts - seen) > window_ns) {
         if (PyDict_GET_SIZE(askers) >= max_domains)
             PyDict_Clear(askers);
-        PyObject *agents = PySet_New(NULL), *fresh = NULL;
-        if (agents != NULL && PySet_Add(agents, agent_id) == 0)
-            fresh = Py_BuildValue("[LO]", ts, agents);
+        PyObject *agents = PySet_New(NULL), *fresh = NULL, *first = NULL;
+        if (agents != NULL && PySet_Add(agents, agent_id) == 0 && (first = PyLong_FromLongLong(ts)) != NULL
+            && (fresh = PyList_New(2)) != NULL) {
+            PyList_SET_ITEM(fresh, 0, first);  /* both stolen */
+            PyList_SET_ITEM(fresh, 1, agents);
+            first = agents = NULL;
+        }
+        Py_XDECREF(first);
         Py_XDECREF(agents);
         int status = fresh ? PyDict_SetItem(askers, registered, fresh) : -1;
         Py_XDECREF(fresh);
@@ -1388,7 +1440,7 @@ static int dgas_fail(PyObject *failed, PyObject *pair, long long ts, Py_ssize_t 
     }
     else if (PyErr_Occurred())
         return -1;
-    PyObject *value = Py_BuildValue("(LO)", ts, PyTuple_GET_ITEM(pair, 1));
+    PyObject *value = dnsw_pair(PyLong_FromLongLong(ts), Py_NewRef(PyTuple_GET_ITEM(pair, 1)));
     if (value == NULL || PyDict_SetItem(failed, registered, value) < 0) {
         Py_XDECREF(value);
         return -1;
@@ -1477,7 +1529,7 @@ static int dgas_add(PyObject *state, dnsw_attr *attribute, long long delta)
     PyObject *value = dnsw_get(state, attribute), *sum = NULL, *step = PyLong_FromLongLong(delta);
     if (value != NULL && step != NULL)
         sum = PyNumber_Add(value, step);
-    int status = sum ? PyObject_SetAttr(state, attribute->name, sum) : -1;
+    int status = sum ? dnsw_set(state, attribute, sum) : -1;
     Py_XDECREF(value);
     Py_XDECREF(step);
     Py_XDECREF(sum);
@@ -1684,6 +1736,7 @@ static int dnsw_init(PyObject *module)
     }
     if (dnsw_no_args == NULL && (dnsw_no_args = PyTuple_New(0)) == NULL)
         return -1;
+    dnsw_clog_init();
     PyTypeObject *types[3] = {&DomainWindowType, &AgentDnsType, &DnsScannerType};
     const char *names[3] = {"DomainWindow", "AgentDns", "DnsScanner"};
     for (int i = 0; i < 3; i++) {
