@@ -456,6 +456,7 @@ typedef struct {
     long long nx_count;
     PyObject *buckets;  /* dict: bucket index -> queries */
     long long top_bucket;
+    long long top_count, previous_count;  /* buckets[top_bucket] and buckets[top_bucket - 1] (0 when absent), kept */
     long long base_n;
     double base_mean, base_m2;
     dnsw_ids flow_ids;
@@ -477,6 +478,7 @@ static PyObject *AgentDns_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     a->suspicious = a->nx_count = a->base_n = 0;
     a->threshold = -1.0;
     a->top_bucket = -1;
+    a->top_count = a->previous_count = 0;
     a->base_mean = a->base_m2 = 0.0;
     a->flow_ids.head = a->flow_ids.count = 0;
     a->domains = PyDict_New();
@@ -592,6 +594,10 @@ static PyMemberDef AgentDns_members[] = {
     {"nx_count", T_LONGLONG, offsetof(AgentDnsObject, nx_count), READONLY, "NXDOMAIN answers in the window"},
     {"buckets", T_OBJECT, offsetof(AgentDnsObject, buckets), READONLY, "dict: bucket index -> queries"},
     {"top_bucket", T_LONGLONG, offsetof(AgentDnsObject, top_bucket), READONLY, "the newest bucket index, -1 before any"},
+    {"top_count", T_LONGLONG, offsetof(AgentDnsObject, top_count), READONLY,
+     "buckets[top_bucket], kept for the flood judge's gate (0 before any)"},
+    {"previous_count", T_LONGLONG, offsetof(AgentDnsObject, previous_count), READONLY,
+     "buckets.get(top_bucket - 1, 0), kept for the flood judge's gate"},
     {"base_n", T_LONGLONG, offsetof(AgentDnsObject, base_n), READONLY, "closed buckets in the baseline"},
     {"base_mean", T_DOUBLE, offsetof(AgentDnsObject, base_mean), READONLY, "baseline mean, queries/s"},
     {"base_m2", T_DOUBLE, offsetof(AgentDnsObject, base_m2), READONLY, "baseline sum of squared deviations (Welford)"},
@@ -1017,16 +1023,29 @@ static int dnsw_count_queries(DnsScannerObject *s, AgentDnsObject *a, long long 
         PyErr_SetString(PyExc_ValueError, "flow last_ns before first_ns");
         return -1;
     }
-    long long share = packets_out / spans, extra = packets_out % spans;
+    long long share = packets_out / spans, extra = packets_out % spans, top = a->top_bucket, last_count = 0;
     for (long long i = 0; i < spans; i++) {
-        long long count;
-        if (dnsw_bucket_get(a->buckets, first + i, &count) < 0
-            || dnsw_bucket_set(a->buckets, first + i, count + share + (i < extra ? 1 : 0)) < 0)
+        long long bucket = first + i, count;
+        if (top >= 0 && bucket == top)  /* most flows: the newest bucket, whose count is kept here */
+            count = a->top_count;
+        else if (dnsw_bucket_get(a->buckets, bucket, &count) < 0)
             return -1;
+        count += share + (i < extra ? 1 : 0);
+        if (dnsw_bucket_set(a->buckets, bucket, count) < 0)
+            return -1;
+        if (top >= 0 && bucket == top)
+            a->top_count = count;
+        else if (top >= 0 && bucket == top - 1)
+            a->previous_count = count;
+        last_count = count;
     }
     long long index = last;
     if (index <= a->top_bucket)
         return 0;
+    /* A new newest bucket: its count was just set (the loop ends on it), the one before it is looked up. */
+    a->top_count = last_count;
+    if (dnsw_bucket_get(a->buckets, index - 1, &a->previous_count) < 0)
+        return -1;
     if (a->top_bucket >= 0) {
         /* Close every bucket older than the two newest into the baseline (zeros included, capped). */
         long long zeros = index - a->top_bucket - 1;
@@ -1113,11 +1132,7 @@ static int dnsw_flood_due(DnsScannerObject *s, AgentDnsObject *a)
 {
     if (a->top_bucket < 0)
         return 0;
-    long long newest, previous;
-    if (dnsw_bucket_get(a->buckets, a->top_bucket, &newest) < 0
-        || dnsw_bucket_get(a->buckets, a->top_bucket - 1, &previous) < 0)
-        return -1;
-    long long count = newest > previous ? newest : previous;
+    long long count = a->top_count > a->previous_count ? a->top_count : a->previous_count;
     double rate = (double)count / s->bucket_s;
     double std = a->base_n > 1 ? sqrt(a->base_m2 / (double)(a->base_n - 1)) : 0.0;
     double z = (rate - a->base_mean) / (1.0 > std ? 1.0 : std);
