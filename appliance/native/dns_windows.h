@@ -48,7 +48,7 @@ typedef struct {
 } dnsw_attr;
 
 static dnsw_attr dnsw_attr_dns, dnsw_attr_agent_id, dnsw_attr_flow_id, dnsw_attr_first_ns, dnsw_attr_last_ns, dnsw_attr_packets_out, dnsw_attr_timestamp_ns, dnsw_attr_is_response, dnsw_attr_rcode, dnsw_attr_qname, dnsw_attr_qtype, dnsw_attr_score, dnsw_attr_answers, dnsw_attr_ttl, dnsw_attr_failed, dnsw_attr_answers_count, dnsw_attr_failures, dnsw_attr_ttls, dnsw_attr_window_start;
-static PyObject *dnsw_xn, *dnsw_name_extend;
+static PyObject *dnsw_xn, *dnsw_name_extend, *dnsw_name_append;
 static PyObject *dnsw_local_suffixes[6];
 static PyObject *dnsw_no_args;  /* () */
 static const char *const dnsw_local_suffix_texts[6] = {"arpa", "local", "lan", "internal", "localdomain", "home"};
@@ -1592,6 +1592,8 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
         return NULL;
     PyObject *dns = dnsw_get(flow, &dnsw_attr_dns), *seq = NULL, *agent_id = NULL, *ttls = NULL, *out = NULL;
     PyObject *last_name = NULL, *last_registered = NULL, *state = NULL, *failed = NULL;
+    PyObject *split_name = NULL, *split_pair = NULL;  /* the last name split, and its (registered, label) */
+    Py_ssize_t ttl_count = 0;
     dgas_message *messages = NULL;
     Py_ssize_t n = 0;
     if (dns == NULL)
@@ -1635,20 +1637,27 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
         if (m->is_response) {
             answers++;
             if (!m->nx) {
-                if (m->ttl != NULL && ((ttls == NULL && (ttls = PyList_New(0)) == NULL) || PyList_Append(ttls, m->ttl) < 0))
-                    goto done;
+                ttl_count += m->ttl != NULL;
                 continue;
             }
             failures++;
-            int skipped = dnsw_skipped_name(m->name);
-            if (skipped < 0)
+            /* An answer repeats its query's name: the split made for the query serves (a name split is no skipped one). */
+            int same = split_name == NULL ? 0 : split_name == m->name ? 1 : PyUnicode_Compare(m->name, split_name) == 0;
+            if (PyErr_Occurred())
                 goto done;
-            if (skipped)
-                continue;
-            PyObject *pair = dnsw_split(split_memo, split, m->name);
-            int status = pair ? dgas_fail(failed, pair, m->ts, max_per_agent) : -1;
-            Py_XDECREF(pair);
-            if (status < 0)
+            if (!same) {
+                int skipped = dnsw_skipped_name(m->name);
+                if (skipped < 0)
+                    goto done;
+                if (skipped)
+                    continue;
+                PyObject *pair = dnsw_split(split_memo, split, m->name);
+                if (pair == NULL)
+                    goto done;
+                Py_XSETREF(split_pair, pair);
+                Py_XSETREF(split_name, Py_NewRef(m->name));
+            }
+            if (dgas_fail(failed, split_pair, m->ts, max_per_agent) < 0)
                 goto done;
             failed_any = 1;
             continue;
@@ -1670,28 +1679,34 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
         PyObject *pair = dnsw_split(split_memo, split, m->name);
         if (pair == NULL)
             goto done;
+        Py_XSETREF(split_pair, pair);
+        Py_XSETREF(split_name, Py_NewRef(m->name));
         PyObject *registered = PyTuple_GET_ITEM(pair, 0);
         int same = last_registered ? PyUnicode_Compare(registered, last_registered) : 1;
-        if (same == -1 && PyErr_Occurred()) {
-            Py_DECREF(pair);
+        if (same == -1 && PyErr_Occurred())
             goto done;
-        }
         if (same != 0) {  /* a flow's many names under one domain count once */
             Py_INCREF(registered);
             Py_XSETREF(last_registered, registered);
-            if (dgas_count_asker(askers, registered, agent_id, m->ts, cap, window_ns, max_domains) < 0) {
-                Py_DECREF(pair);
+            if (dgas_count_asker(askers, registered, agent_id, m->ts, cap, window_ns, max_domains) < 0)
                 goto done;
-            }
         }
-        Py_DECREF(pair);
     }
     if (dgas_add(state, &dnsw_attr_answers_count, answers) < 0 || dgas_add(state, &dnsw_attr_failures, failures) < 0)
         goto done;
-    if (ttls != NULL) {
+    if (ttl_count) {  /* state.ttls.extend(the resolved answers' TTLs): most flows have one, appended alone */
         PyObject *kept = dnsw_get(state, &dnsw_attr_ttls), *ignored = NULL;
-        if (kept != NULL)
-            ignored = PyObject_CallMethodOneArg(kept, dnsw_name_extend, ttls);
+        if (kept != NULL && ttl_count > 1 && (ttls = PyList_New(0)) != NULL) {
+            int status = 0;
+            for (Py_ssize_t i = 0; i < n && status == 0; i++)
+                status = messages[i].ttl != NULL ? PyList_Append(ttls, messages[i].ttl) : 0;
+            if (status == 0)
+                ignored = PyObject_CallMethodOneArg(kept, dnsw_name_extend, ttls);
+        }
+        for (Py_ssize_t i = 0; kept != NULL && ttl_count == 1 && i < n; i++) {
+            if (messages[i].ttl != NULL)
+                ignored = PyObject_CallMethodOneArg(kept, dnsw_name_append, messages[i].ttl);
+        }
         Py_XDECREF(kept);
         if (ignored == NULL)
             goto done;
@@ -1721,6 +1736,8 @@ done:
     Py_XDECREF(ttls);
     Py_XDECREF(last_name);
     Py_XDECREF(last_registered);
+    Py_XDECREF(split_name);
+    Py_XDECREF(split_pair);
     return out;
 }
 
@@ -1742,7 +1759,7 @@ static int dnsw_init(PyObject *module)
         || !dnsw_intern(&dnsw_attr_score.name, "score") || !dnsw_intern(&dnsw_attr_answers.name, "answers")
         || !dnsw_intern(&dnsw_attr_ttl.name, "ttl") || !dnsw_intern(&dnsw_attr_failed.name, "failed")
         || !dnsw_intern(&dnsw_attr_answers_count.name, "answers") || !dnsw_intern(&dnsw_attr_failures.name, "failures")
-        || !dnsw_intern(&dnsw_attr_ttls.name, "ttls") || !dnsw_intern(&dnsw_name_extend, "extend")
+        || !dnsw_intern(&dnsw_attr_ttls.name, "ttls") || !dnsw_intern(&dnsw_name_extend, "extend") || !dnsw_intern(&dnsw_name_append, "append")
         || !dnsw_intern(&dnsw_attr_window_start.name, "window_start") || !dnsw_intern(&dnsw_xn, "xn--"))
         return -1;
     for (int i = 0; i < 6; i++) {
