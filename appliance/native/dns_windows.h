@@ -29,6 +29,8 @@
  * dga_scan(flow, agents, make_state, askers, split_memo, split, cap, prevalence_window_ns, burst_window_ns,
  *          max_agents, max_per_agent, max_domains, minimum) -> (state, now_ns, close_due, failed_any) or None
  *     DgaSignals.analyze up to where its judge can fire (appliance/detection/dpi/dga_signals.py), the same way.
+ * DgaScanner(agents, make_state, askers, split_memo, split, max_agents, max_per_agent, max_domains)
+ *     .configure(cap, prevalence_window_ns, burst_window_ns, minimum); .scan(flow): dga_scan with these bound.
  * dga_unresolved(failed, askers, horizon, cap) -> int
  *     The start of DgaSignals._judge: the expiry of an agent's failures, and how many unknown ones are left.
  */
@@ -1741,6 +1743,104 @@ done:
     return out;
 }
 
+/* -- DgaScanner: dga_scan with its state and config bound (one attribute and a one-argument call per flow) ------ */
+#define DGAS_ARGS 13
+enum { DGAS_FLOW, DGAS_AGENTS, DGAS_MAKE_STATE, DGAS_ASKERS, DGAS_SPLIT_MEMO, DGAS_SPLIT, DGAS_CAP, DGAS_PREVALENCE_NS,
+       DGAS_BURST_NS, DGAS_MAX_AGENTS, DGAS_MAX_PER_AGENT, DGAS_MAX_DOMAINS, DGAS_MINIMUM };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *args[DGAS_ARGS];  /* dga_scan's arguments; the flow's slot stays NULL, the config's until configure() */
+} DgaScannerObject;
+
+static PyObject *DgaScanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *keywords[] = {"agents", "make_state", "askers", "split_memo", "split", "max_agents", "max_per_agent",
+                               "max_domains", NULL};
+    PyObject *bound[8];
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!O!OO!O!O!:DgaScanner", keywords, &PyDict_Type, &bound[0], &bound[1],
+                                     &PyDict_Type, &bound[2], &PyDict_Type, &bound[3], &bound[4], &PyLong_Type, &bound[5],
+                                     &PyLong_Type, &bound[6], &PyLong_Type, &bound[7]))
+        return NULL;
+    DgaScannerObject *s = (DgaScannerObject *)type->tp_alloc(type, 0);
+    if (s == NULL)
+        return NULL;
+    for (int i = 0; i < 5; i++)
+        s->args[DGAS_AGENTS + i] = Py_NewRef(bound[i]);
+    for (int i = 0; i < 3; i++)
+        s->args[DGAS_MAX_AGENTS + i] = Py_NewRef(bound[5 + i]);
+    return (PyObject *)s;
+}
+
+static int DgaScanner_traverse(DgaScannerObject *s, visitproc visit, void *arg)
+{
+    for (int i = 0; i < DGAS_ARGS; i++)
+        Py_VISIT(s->args[i]);
+    return 0;
+}
+
+static int DgaScanner_clear(DgaScannerObject *s)
+{
+    for (int i = 0; i < DGAS_ARGS; i++)
+        Py_CLEAR(s->args[i]);
+    return 0;
+}
+
+static void DgaScanner_dealloc(DgaScannerObject *s)
+{
+    PyObject_GC_UnTrack(s);
+    DgaScanner_clear(s);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyObject *DgaScanner_configure(DgaScannerObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "configure(cap, prevalence_window_ns, burst_window_ns, minimum)");
+        return NULL;
+    }
+    Py_XSETREF(s->args[DGAS_CAP], Py_NewRef(args[0]));
+    Py_XSETREF(s->args[DGAS_PREVALENCE_NS], Py_NewRef(args[1]));
+    Py_XSETREF(s->args[DGAS_BURST_NS], Py_NewRef(args[2]));
+    Py_XSETREF(s->args[DGAS_MINIMUM], Py_NewRef(args[3]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
+static PyObject *DgaScanner_scan(DgaScannerObject *s, PyObject *flow)
+{
+    if (s->args[DGAS_MINIMUM] == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "scan(): configure() the scanner first");
+        return NULL;
+    }
+    PyObject *args[DGAS_ARGS];
+    memcpy(args, s->args, sizeof(args));
+    args[DGAS_FLOW] = flow;
+    return dga_scan(NULL, args, DGAS_ARGS);
+}
+
+static PyMethodDef DgaScanner_methods[] = {
+    {"scan", (PyCFunction)DgaScanner_scan, METH_O,
+     "scan(flow) -> dga_scan(flow, ...) with the state and config bound: (state, now_ns, close_due, failed_any) or None."},
+    {"configure", (PyCFunction)(void (*)(void))DgaScanner_configure, METH_FASTCALL,
+     "configure(cap, prevalence_window_ns, burst_window_ns, minimum): the config in force."},
+    {NULL},
+};
+
+static PyTypeObject DgaScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "appliance.native.dpi.DgaScanner",
+    .tp_doc = "dga_scan bound to DgaSignals' state and config (see dns_windows.h).",
+    .tp_basicsize = sizeof(DgaScannerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = DgaScanner_new,
+    .tp_dealloc = (destructor)DgaScanner_dealloc,
+    .tp_traverse = (traverseproc)DgaScanner_traverse,
+    .tp_clear = (inquiry)DgaScanner_clear,
+    .tp_methods = DgaScanner_methods,
+};
+
 static PyObject *dnsw_intern(PyObject **slot, const char *text)
 {
     if (*slot == NULL)
@@ -1769,9 +1869,9 @@ static int dnsw_init(PyObject *module)
     if (dnsw_no_args == NULL && (dnsw_no_args = PyTuple_New(0)) == NULL)
         return -1;
     dnsw_clog_init();
-    PyTypeObject *types[3] = {&DomainWindowType, &AgentDnsType, &DnsScannerType};
-    const char *names[3] = {"DomainWindow", "AgentDns", "DnsScanner"};
-    for (int i = 0; i < 3; i++) {
+    PyTypeObject *types[4] = {&DomainWindowType, &AgentDnsType, &DnsScannerType, &DgaScannerType};
+    const char *names[4] = {"DomainWindow", "AgentDns", "DnsScanner", "DgaScanner"};
+    for (int i = 0; i < 4; i++) {
         if (PyType_Ready(types[i]) < 0 || PyModule_AddObjectRef(module, names[i], (PyObject *)types[i]) < 0)
             return -1;
     }

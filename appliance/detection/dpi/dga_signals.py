@@ -30,7 +30,7 @@ from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import ramp
 from appliance.detection.dpi.dga_words import LabelShape, WordModel
 from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
-from appliance.native.dpi import dga_scan, dga_unresolved
+from appliance.native.dpi import DgaScanner, dga_unresolved
 
 _log = logging.getLogger(__name__)
 # (the agent's state, newest timestamp, burst window due to close, a name failed and the judge can fire)
@@ -67,7 +67,6 @@ class DgaSignals:
     def __init__(self, domains: RegisteredDomains, words: WordModel, max_agents: int = _MAX_AGENTS,
                  max_domains: int = _MAX_DOMAINS, max_per_agent: int = _MAX_PER_AGENT) -> None:
         self._domains = domains
-        self._split_memo, self._split = domains.memo, domains.split
         self._max_agents = max_agents
         self._max_domains = max_domains  # registered domains whose askers are counted
         self._max_per_agent = max_per_agent  # failed registered domains kept per agent
@@ -78,14 +77,14 @@ class DgaSignals:
         self._population_windows = 0
         self._throttle = Throttle()
         self._configured: AnalysisConfig | None = None
-        self._scan_config: tuple[int, float, int, int, int, int, int] = (0, 0.0, 0, 0, 0, 0, 1)
+        self._scanner = DgaScanner(self._agents, self._new_state, self._askers, domains.memo, domains.split, max_agents,
+                                   max_per_agent, max_domains)
         self.out_of_range_flows = 0  # flows with a timestamp outside [0, 2**62): skipped, never seen by ingestion
 
     def analyze(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
         if config is self._configured:  # _scan inlined: this runs for every DNS flow
             try:
-                scanned = dga_scan(flow, self._agents, self._new_state, self._askers, self._split_memo, self._split,
-                                   *self._scan_config)
+                scanned = self._scanner.scan(flow)
             except ValueError:
                 scanned = self._out_of_range(flow)
         else:
@@ -104,13 +103,11 @@ class DgaSignals:
         when the judge can fire (the scan ran its start when the window runs on)."""
         if config is not self._configured:
             c = config.dga
-            self._scan_config = (c.common_domain_agents, c.prevalence_window_s * _NS, int(c.burst_window_s * _NS),
-                                 self._max_agents, self._max_per_agent, self._max_domains,
-                                 min(c.burst_min_domains, c.lexical_min_domains))
+            self._scanner.configure(c.common_domain_agents, c.prevalence_window_s * _NS, int(c.burst_window_s * _NS),
+                                    min(c.burst_min_domains, c.lexical_min_domains))
             self._configured = config
         try:
-            return dga_scan(flow, self._agents, self._new_state, self._askers, self._split_memo,  # type: ignore[no-any-return]
-                            self._split, *self._scan_config)
+            return self._scanner.scan(flow)  # type: ignore[no-any-return]
         except ValueError:
             return self._out_of_range(flow)
 

@@ -95,6 +95,12 @@ def test_a_split_or_score_that_fails_raises_cleanly() -> None:
         scanner.scan(_flow())
     with pytest.raises(RuntimeError):
         dpi.DnsScanner({}, {}, {}, broken, {}, broken, 1, 1).scan(_flow())  # not configured
+    with pytest.raises(RuntimeError):
+        dpi.DgaScanner({}, DgaSignals._new_state, {}, {}, broken, 4, 4, 4).scan(_flow())  # not configured
+    scanner = dpi.DgaScanner({}, DgaSignals._new_state, {}, {}, broken, 4, 4, 4)
+    scanner.configure(3, 1e12, 10**12, 1)
+    with pytest.raises(KeyError):
+        scanner.scan(_flow())
     scanner = _scanner({"a": "not an AgentDns"})
     with pytest.raises(TypeError):
         scanner.scan(_flow())
