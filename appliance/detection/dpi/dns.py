@@ -157,18 +157,20 @@ class DnsAnalyzer:
         answered = agent.answered
         nx_ratio = agent.nx_count / answered if answered else 0.0
         out: list[Detection] = []
-        # The running count decides; the list (for evidence) is built only when it may matter.
-        if agent.suspicious < c.min_suspicious_domains / 2:
+        # The running count decides (the scan keeps it against this threshold); the list, for the evidence, is built
+        # only for what will be reported.
+        count = agent.suspicious
+        if count < c.min_suspicious_domains / 2:
             return out
-        suspicious = [(d, s) for d, (_, s) in domains.items() if s >= c.name_threshold]
-        share = len(suspicious) / total if total else 0.0
+        share = count / total if total else 0.0
         interval = config.detectors.report_interval_s
-        dga_due = len(suspicious) >= c.min_suspicious_domains and share >= c.min_suspicious_share and \
+        dga_due = count >= c.min_suspicious_domains and share >= c.min_suspicious_share and \
             self._throttle.allow(("dga", flow.agent_id, resolver), now_ns, interval)
         nx_due = answered >= c.nxdomain_min_responses and nx_ratio >= c.nxdomain_ratio and \
             self._throttle.allow(("nx", flow.agent_id, resolver), now_ns, interval)
         if not (dga_due or nx_due):
             return out
+        suspicious = [(d, s) for d, (_, s) in domains.items() if s >= c.name_threshold]
         evidence = {
             "suspicious_domains": len(suspicious), "domains_in_window": total, "suspicious_share": round(share, 2),
             "mean_score": round(sum(s for _, s in suspicious) / len(suspicious), 2),
