@@ -5,8 +5,8 @@
  * DnsAnalyzer spent ~27 us per DNS flow of the bench corpus in Python, most of it in the loop over the
  * flow's messages: a sliding window of events per (agent, registered domain), the agent's answers window
  * and its scored domains; DgaSignals looped over the same messages again. Here each loop is one call per
- * flow (DnsScanner.scan, dga_scan); the judges, which build evidence, stay in Python, run only when one can
- * fire, and read the state through the members below. dpi/dns_reference.py and dpi/dga_signals_reference.py
+ * flow (DnsScanner.scan, DgaScanner.scan); the judges, which build evidence, stay in Python, run only when one can
+ * report (each judge's first tests are in the scan too), and read the state through the members below. dpi/dns_reference.py and dpi/dga_signals_reference.py
  * are the Python twins the tests hold this to.
  *
  * Names are chosen by attackers: every table keyed by a name is a Python dict (str hashes are SipHash,
@@ -1805,8 +1805,6 @@ static PyObject *DgaScanner_configure(DgaScannerObject *s, PyObject *const *args
     Py_XSETREF(s->args[DGAS_MINIMUM], Py_NewRef(args[3]));
     Py_RETURN_NONE;
 }
-
-static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 static PyObject *DgaScanner_scan(DgaScannerObject *s, PyObject *flow)
 {

@@ -60,8 +60,9 @@ class _AgentFailures:
 class DgaSignals:
     """The NXDOMAIN-burst and lexical DGA detectors, fed the DNS messages of finished flows.
 
-    The loop over a flow's messages is one C call (`dga_scan`, appliance/native/dns_windows.h); its Python
-    twin is `dga_signals_reference.DgaSignalsReference`, which the tests hold it to.
+    The loop over a flow's messages, and the start of the judge, is one C call (`DgaScanner.scan`: `dga_scan` bound
+    to this state and config, appliance/native/dns_windows.h); its Python twin is
+    `dga_signals_reference.DgaSignalsReference`, which the tests hold it to.
     """
 
     def __init__(self, domains: RegisteredDomains, words: WordModel, max_agents: int = _MAX_AGENTS,
