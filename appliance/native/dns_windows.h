@@ -896,9 +896,72 @@ static void dnsw_previous_clear(dnsw_previous *previous)
     Py_CLEAR(previous->window);
 }
 
+/* The windows a flow's queries touched, by registered domain in first-touch order (a dict's `touched[registered] =
+ * window`): most flows touch one or two, held here; past DNSW_TOUCHED_HELD distinct domains, a dict holds them all. */
+#define DNSW_TOUCHED_HELD 8
+typedef struct {
+    PyObject *registered[DNSW_TOUCHED_HELD];          /* strong references */
+    DomainWindowObject *windows[DNSW_TOUCHED_HELD];   /* strong references */
+    int count;
+    PyObject *spilled;  /* dict: registered -> window, once more than DNSW_TOUCHED_HELD; then the arrays are empty */
+} dnsw_touched;
+
+static void dnsw_touched_clear(dnsw_touched *t)
+{
+    for (int i = 0; i < t->count; i++) {
+        Py_CLEAR(t->registered[i]);
+        Py_CLEAR(t->windows[i]);
+    }
+    t->count = 0;
+    Py_CLEAR(t->spilled);
+}
+
+static int dnsw_touch(dnsw_touched *t, PyObject *registered, DomainWindowObject *window)
+{
+    if (t->spilled != NULL)
+        return PyDict_SetItem(t->spilled, registered, (PyObject *)window);
+    for (int i = 0; i < t->count; i++) {
+        if (t->registered[i] == registered || PyUnicode_Compare(t->registered[i], registered) == 0) {
+            Py_SETREF(t->windows[i], (DomainWindowObject *)Py_NewRef(window));
+            return 0;
+        }
+        if (PyErr_Occurred())
+            return -1;
+    }
+    if (t->count < DNSW_TOUCHED_HELD) {
+        t->registered[t->count] = Py_NewRef(registered);
+        t->windows[t->count] = (DomainWindowObject *)Py_NewRef(window);
+        t->count++;
+        return 0;
+    }
+    PyObject *spilled = PyDict_New();
+    for (int i = 0; spilled != NULL && i < t->count; i++) {
+        if (PyDict_SetItem(spilled, t->registered[i], (PyObject *)t->windows[i]) < 0)
+            Py_CLEAR(spilled);
+    }
+    if (spilled == NULL)
+        return -1;
+    dnsw_touched_clear(t);
+    t->spilled = spilled;
+    return PyDict_SetItem(spilled, registered, (PyObject *)window);
+}
+
+/* The i-th touched (registered, window), borrowed; 0 past the last. */
+static int dnsw_touched_next(const dnsw_touched *t, Py_ssize_t *pos, PyObject **registered, PyObject **window)
+{
+    if (t->spilled != NULL)
+        return PyDict_Next(t->spilled, pos, registered, window);
+    if (*pos >= t->count)
+        return 0;
+    *registered = t->registered[*pos];
+    *window = (PyObject *)t->windows[*pos];
+    (*pos)++;
+    return 1;
+}
+
 /* One query: its window's accounting, the flow id, the touched windows and the agent's scored domains. */
 static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agent_id, PyObject *flow_id,
-                      const dnsw_message *m, PyObject *touched, long long tunnel_window_ns, double threshold,
+                      const dnsw_message *m, dnsw_touched *touched, long long tunnel_window_ns, double threshold,
                       dnsw_previous *previous)
 {
     PyObject *pair = dnsw_split(s->split_memo, s->split, m->name);
@@ -956,7 +1019,7 @@ static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agen
         goto done;
     if (!seen)
         dnsw_ids_append(&window->flow_ids, flow_id);
-    if (PyDict_SetItem(touched, registered, (PyObject *)window) < 0)
+    if (dnsw_touch(touched, registered, window) < 0)
         goto done;
     int punycode = (int)PyUnicode_Tailmatch(label, dnsw_xn, 0, PY_SSIZE_T_MAX, -1);
     if (punycode < 0)
@@ -1205,7 +1268,8 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
         PyErr_SetString(PyExc_ValueError, "flow last_ns before first_ns");
         return NULL;
     }
-    PyObject *agent_id = NULL, *flow_id = NULL, *touched = NULL, *judged = NULL, *out = NULL, *seq = NULL;
+    PyObject *agent_id = NULL, *flow_id = NULL, *judged = NULL, *out = NULL, *seq = NULL;
+    dnsw_touched touched = {.count = 0, .spilled = NULL};
     AgentDnsObject *agent = NULL;
     dnsw_message *messages = NULL;
     dnsw_previous previous = {NULL, NULL, 0, 0.0, 0, 0};
@@ -1218,7 +1282,7 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
     if (seq == NULL || (messages = dnsw_read_messages(seq, last_ns, &n)) == NULL)
         goto done;
     if ((agent_id = dnsw_get(flow, &dnsw_attr_agent_id)) == NULL
-        || (flow_id = dnsw_get(flow, &dnsw_attr_flow_id)) == NULL || (touched = PyDict_New()) == NULL)
+        || (flow_id = dnsw_get(flow, &dnsw_attr_flow_id)) == NULL)
         goto done;
     /* Checked: from here on the state changes. */
     agent = (AgentDnsObject *)PyDict_GetItemWithError(s->agents, agent_id);
@@ -1255,7 +1319,7 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
         if (skipped)
             continue;
         queries++;
-        if (dnsw_query(s, agent, agent_id, flow_id, m, touched, tunnel_window_ns, threshold, &previous) < 0)
+        if (dnsw_query(s, agent, agent_id, flow_id, m, &touched, tunnel_window_ns, threshold, &previous) < 0)
             goto done;
     }
     if (dnsw_previous_flush(&previous, agent) < 0)
@@ -1273,10 +1337,10 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
             goto done;
         dga_due = dnsw_dga_due(s, agent);
     }
-    /* Windows with fewer queries than the tunneling judge needs are not judged. */
+    /* Windows the tunneling judge would pass over are not handed to it. */
     Py_ssize_t pos = 0;
     PyObject *key, *value;
-    while (PyDict_Next(touched, &pos, &key, &value)) {
+    while (dnsw_touched_next(&touched, &pos, &key, &value)) {
         if (dnsw_tunneling_due(s, (DomainWindowObject *)value)) {
             if (judged == NULL && (judged = PyList_New(0)) == NULL)
                 goto done;
@@ -1299,7 +1363,7 @@ done:
     Py_XDECREF(seq);
     Py_XDECREF(agent_id);
     Py_XDECREF(flow_id);
-    Py_XDECREF(touched);
+    dnsw_touched_clear(&touched);
     Py_XDECREF(judged);
     dnsw_previous_clear(&previous);
     Py_XDECREF(agent);
