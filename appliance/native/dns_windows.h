@@ -866,34 +866,106 @@ static int dnsw_score(DnsScannerObject *s, PyObject *label, double *score)
     return (*score == -1.0 && PyErr_Occurred()) ? -1 : 0;
 }
 
-/* The previous query of the flow: a tunnel's queries come in runs under one registered domain. */
+/*
+ * The registered domains the flow's queries went to lately, with their windows: a tunnel's queries come in runs
+ * under one or two registered domains (a flow may interleave two). A query to one of them needs only its window's
+ * accounting: the flow id and the touched entry are already there, and the window is the one in `windows` (the
+ * entries are dropped when that dict is cleared). What each query stored in agent->domains in turn (the domain
+ * moved to the newest place, with this query's time and the same score: the suspicious count does not change) is
+ * left pending and stored once: before a query to another domain (whose remembering must come after) and at the
+ * end of the messages, the pending ones in the order of their last query. Nothing reads agent->domains between.
+ */
+#define DNSW_RECENT 4
 typedef struct {
-    PyObject *registered;        /* strong reference, NULL before the first query */
+    PyObject *registered;        /* strong reference */
     DomainWindowObject *window;  /* strong reference */
-    int remembered;              /* registered is the newest of agent->domains, with this score */
+    int remembered;              /* the domain is in agent->domains (not a punycode label), with this score */
     double score;
-    int pending;                 /* the run's newest query time is still to be stored in agent->domains */
+    long long last_use;          /* the query sequence number of its last query, for eviction */
+    int pending;                 /* its last query's time is still to be stored in agent->domains */
     long long pending_ts;
-} dnsw_previous;
+} dnsw_recent_entry;
 
-/* agent->domains[registered] = (ts of the run's last query, score): what each query of the run stored in turn. The
- * key stays where it is (the newest) and nothing reads the time before the run ends (the next registered domain,
- * or the end of the flow's messages), so storing the last one once is the same state. */
-static int dnsw_previous_flush(dnsw_previous *previous, AgentDnsObject *agent)
+typedef struct {
+    dnsw_recent_entry entries[DNSW_RECENT];
+    int count;
+    long long sequence;
+    PyObject *newest;  /* borrowed from an entry or NULL: the key known to be agent->domains' newest */
+} dnsw_recent;
+
+static void dnsw_recent_clear(dnsw_recent *recent)
 {
-    if (!previous->pending)
-        return 0;
-    previous->pending = 0;
-    PyObject *value = dnsw_pair(PyLong_FromLongLong(previous->pending_ts), PyFloat_FromDouble(previous->score));
-    int status = value != NULL ? PyDict_SetItem(agent->domains, previous->registered, value) : -1;
-    Py_XDECREF(value);
-    return status;
+    for (int i = 0; i < recent->count; i++) {
+        Py_CLEAR(recent->entries[i].registered);
+        Py_CLEAR(recent->entries[i].window);
+    }
+    recent->count = 0;
+    recent->newest = NULL;
 }
 
-static void dnsw_previous_clear(dnsw_previous *previous)
+/* Store the pending domains in agent->domains, oldest last query first, each moved to the newest place. */
+static int dnsw_recent_flush(dnsw_recent *recent, AgentDnsObject *agent)
 {
-    Py_CLEAR(previous->registered);
-    Py_CLEAR(previous->window);
+    for (;;) {
+        dnsw_recent_entry *next = NULL;
+        for (int i = 0; i < recent->count; i++) {
+            dnsw_recent_entry *e = &recent->entries[i];
+            if (e->pending && (next == NULL || e->last_use < next->last_use))
+                next = e;
+        }
+        if (next == NULL)
+            return 0;
+        next->pending = 0;
+        /* Already the newest (a run of queries under one domain): stored in place, which is where moving puts it. */
+        if (recent->newest != next->registered && PyDict_DelItem(agent->domains, next->registered) < 0)
+            return -1;
+        PyObject *value = dnsw_pair(PyLong_FromLongLong(next->pending_ts), PyFloat_FromDouble(next->score));
+        int status = value != NULL ? PyDict_SetItem(agent->domains, next->registered, value) : -1;
+        Py_XDECREF(value);
+        if (status < 0)
+            return -1;
+        recent->newest = next->registered;
+    }
+}
+
+/* The entry of `registered`, or NULL (with an exception set on error). */
+static dnsw_recent_entry *dnsw_recent_find(dnsw_recent *recent, PyObject *registered)
+{
+    for (int i = 0; i < recent->count; i++) {
+        dnsw_recent_entry *e = &recent->entries[i];
+        if (e->registered == registered || PyUnicode_Compare(e->registered, registered) == 0)
+            return e;
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    return NULL;
+}
+
+/* A new entry (its pending ones flushed first by the caller): a free one, or the least recently used. */
+static void dnsw_recent_add(dnsw_recent *recent, PyObject *registered, DomainWindowObject *window, int remembered,
+                            double score)
+{
+    dnsw_recent_entry *e = &recent->entries[0];
+    if (recent->count < DNSW_RECENT)
+        e = &recent->entries[recent->count++];
+    else {
+        for (int i = 1; i < DNSW_RECENT; i++) {
+            if (recent->entries[i].last_use < e->last_use)
+                e = &recent->entries[i];
+        }
+        if (recent->newest == e->registered)
+            recent->newest = NULL;
+        Py_CLEAR(e->registered);
+        Py_CLEAR(e->window);
+    }
+    e->registered = Py_NewRef(registered);
+    e->window = (DomainWindowObject *)Py_NewRef(window);
+    e->remembered = remembered;
+    e->score = score;
+    e->last_use = ++recent->sequence;
+    e->pending = 0;
+    if (remembered)
+        recent->newest = e->registered;
 }
 
 /* The windows a flow's queries touched, by registered domain in first-touch order (a dict's `touched[registered] =
@@ -962,7 +1034,7 @@ static int dnsw_touched_next(const dnsw_touched *t, Py_ssize_t *pos, PyObject **
 /* One query: its window's accounting, the flow id, the touched windows and the agent's scored domains. */
 static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agent_id, PyObject *flow_id,
                       const dnsw_message *m, dnsw_touched *touched, long long tunnel_window_ns, double threshold,
-                      dnsw_previous *previous)
+                      dnsw_recent *recent)
 {
     PyObject *pair = dnsw_split(s->split_memo, s->split, m->name);
     if (pair == NULL)
@@ -971,27 +1043,20 @@ static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agen
     int status = -1;
     DomainWindowObject *window = NULL;
     PyObject *key = NULL;
-    int same = 0;
-    if (previous->registered != NULL) {
-        same = previous->registered == registered ? 1 : PyUnicode_Compare(previous->registered, registered) == 0;
-        if (PyErr_Occurred())
+    dnsw_recent_entry *known = dnsw_recent_find(recent, registered);
+    if (known != NULL) {  /* one of the flow's recent domains: its window's accounting, the rest left pending */
+        if (dnsw_add_query(known->window, m->name, registered, m->flag, m->ts, tunnel_window_ns, s->max_events) < 0)
             goto done;
-    }
-    if (same) {
-        /* The same window as the query before (no window was made, so none was cleared since); the flow id and
-         * the touched entry are already there; the domain is already the agent's newest, with the same score. */
-        if (dnsw_add_query(previous->window, m->name, registered, m->flag, m->ts, tunnel_window_ns, s->max_events) < 0)
-            goto done;
-        if (previous->remembered) {
-            previous->pending = 1;
-            previous->pending_ts = m->ts;
+        known->last_use = ++recent->sequence;
+        if (known->remembered) {
+            known->pending = 1;
+            known->pending_ts = m->ts;
         }
         status = 0;
         goto done;
     }
-    if (dnsw_previous_flush(previous, agent) < 0)
+    if (PyErr_Occurred() || dnsw_recent_flush(recent, agent) < 0)
         goto done;
-    dnsw_previous_clear(previous);
     if ((key = PyTuple_Pack(2, agent_id, registered)) == NULL)
         goto done;
     window = (DomainWindowObject *)PyDict_GetItemWithError(s->windows, key);
@@ -1006,8 +1071,10 @@ static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agen
     else {
         if (PyErr_Occurred())
             goto done;
-        if (PyDict_GET_SIZE(s->windows) >= s->max_keys)
+        if (PyDict_GET_SIZE(s->windows) >= s->max_keys) {
             PyDict_Clear(s->windows);
+            dnsw_recent_clear(recent);  /* their windows left the dict (nothing is pending: flushed above) */
+        }
         window = dnsw_window_new(m->ts);
         if (window == NULL || PyDict_SetItem(s->windows, key, (PyObject *)window) < 0)
             goto done;
@@ -1029,10 +1096,7 @@ static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agen
         if (dnsw_score(s, label, &score) < 0 || dnsw_remember_domain(agent, registered, m->ts, score, threshold) < 0)
             goto done;
     }
-    previous->registered = Py_NewRef(registered);
-    previous->window = (DomainWindowObject *)Py_NewRef(window);
-    previous->remembered = !punycode;
-    previous->score = score;
+    dnsw_recent_add(recent, registered, window, !punycode, score);
     status = 0;
 done:
     Py_XDECREF(window);
@@ -1272,7 +1336,7 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
     dnsw_touched touched = {.count = 0, .spilled = NULL};
     AgentDnsObject *agent = NULL;
     dnsw_message *messages = NULL;
-    dnsw_previous previous = {NULL, NULL, 0, 0.0, 0, 0};
+    dnsw_recent recent = {.count = 0, .sequence = 0, .newest = NULL};
     Py_ssize_t n = 0;
     PyObject *dns = dnsw_get(flow, &dnsw_attr_dns);
     if (dns == NULL)
@@ -1319,10 +1383,10 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
         if (skipped)
             continue;
         queries++;
-        if (dnsw_query(s, agent, agent_id, flow_id, m, &touched, tunnel_window_ns, threshold, &previous) < 0)
+        if (dnsw_query(s, agent, agent_id, flow_id, m, &touched, tunnel_window_ns, threshold, &recent) < 0)
             goto done;
     }
-    if (dnsw_previous_flush(&previous, agent) < 0)
+    if (dnsw_recent_flush(&recent, agent) < 0)
         goto done;
     /* The flood counter uses the flow's packet count: a flow keeps only its first DNS messages. */
     if (packets_out) {
@@ -1365,7 +1429,7 @@ done:
     Py_XDECREF(flow_id);
     dnsw_touched_clear(&touched);
     Py_XDECREF(judged);
-    dnsw_previous_clear(&previous);
+    dnsw_recent_clear(&recent);
     Py_XDECREF(agent);
     return out;
 }
