@@ -33,6 +33,8 @@
  *     .configure(cap, prevalence_window_ns, burst_window_ns, minimum); .scan(flow): dga_scan with these bound.
  * dga_unresolved(failed, askers, horizon, cap) -> int
  *     The start of DgaSignals._judge: the expiry of an agent's failures, and how many unknown ones are left.
+ * dga_unknown_since(failed, askers, since, cap) -> int
+ *     DgaSignals._close_window's count: the unknown failures at or after `since`.
  */
 #include <string.h>
 #include <structmember.h>
@@ -1604,6 +1606,37 @@ static int dgas_fail(PyObject *failed, PyObject *pair, long long ts, Py_ssize_t 
     return 0;
 }
 
+/* How many of an agent's failures at or after `since` are unknown (fewer than `cap` agents asked for them). */
+static Py_ssize_t dgas_unknown_since(PyObject *failed, PyObject *askers, long long since, Py_ssize_t cap)
+{
+    Py_ssize_t pos = 0, unknown = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(failed, &pos, &key, &value)) {
+        if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2) {
+            PyErr_SetString(PyExc_TypeError, "failed values must be (ts, label) tuples");
+            return -1;
+        }
+        long long ts = PyLong_AsLongLong(PyTuple_GET_ITEM(value, 0));
+        if (ts == -1 && PyErr_Occurred())
+            return -1;
+        if (ts < since)
+            continue;
+        PyObject *entry = PyDict_GetItemWithError(askers, key);
+        if (entry == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            unknown++;
+            continue;
+        }
+        if (!PyList_Check(entry) || PyList_GET_SIZE(entry) != 2 || !PyAnySet_Check(PyList_GET_ITEM(entry, 1))) {
+            PyErr_SetString(PyExc_TypeError, "askers values must be [ts, set of agents]");
+            return -1;
+        }
+        unknown += PySet_GET_SIZE(PyList_GET_ITEM(entry, 1)) < cap;
+    }
+    return unknown;
+}
+
 /*
  * The start of DgaSignals._judge: failures older than `horizon` leave from the front (up to the first one inside
  * it, as the judge's loop did), then how many of those left are unknown (fewer than `cap` agents asked for them).
@@ -1629,26 +1662,25 @@ static Py_ssize_t dgas_unresolved(PyObject *failed, PyObject *askers, long long 
         if (PyDict_DelItem(failed, PyList_GET_ITEM(gone, i)) < 0)
             goto done;
     }
-    Py_ssize_t unknown = 0;
-    pos = 0;
-    while (PyDict_Next(failed, &pos, &key, &value)) {
-        PyObject *entry = PyDict_GetItemWithError(askers, key);
-        if (entry == NULL) {
-            if (PyErr_Occurred())
-                goto done;
-            unknown++;
-            continue;
-        }
-        if (!PyList_Check(entry) || PyList_GET_SIZE(entry) != 2 || !PyAnySet_Check(PyList_GET_ITEM(entry, 1))) {
-            PyErr_SetString(PyExc_TypeError, "askers values must be [ts, set of agents]");
-            goto done;
-        }
-        unknown += PySet_GET_SIZE(PyList_GET_ITEM(entry, 1)) < cap;
-    }
-    count = unknown;
+    count = dgas_unknown_since(failed, askers, LLONG_MIN, cap);
 done:
     Py_XDECREF(gone);
     return count;
+}
+
+/* dga_unknown_since(failed, askers, since, cap) -> int: see dgas_unknown_since (DgaSignals._close_window's count). */
+static PyObject *dga_unknown_since(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "dga_unknown_since(failed: dict, askers: dict, since, cap)");
+        return NULL;
+    }
+    long long since = PyLong_AsLongLong(args[2]);
+    Py_ssize_t cap = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_ssize_t count = dgas_unknown_since(args[0], args[1], since, cap);
+    return count < 0 ? NULL : PyLong_FromSsize_t(count);
 }
 
 /* dga_unresolved(failed, askers, horizon, cap) -> int: see dgas_unresolved. */

@@ -885,6 +885,8 @@ static PyMethodDef dpi_functions[] = {
     {"dga_scan", (PyCFunction)(void (*)(void))dga_scan, METH_FASTCALL,
      "dga_scan(flow, agents, make_state, askers, split_memo, split, cap, prevalence_window_ns, burst_window_ns, "
      "max_agents, max_per_agent, max_domains, minimum) -> (state, now_ns, close_due, failed_any) or None: DgaSignals up to its judge."},
+    {"dga_unknown_since", (PyCFunction)(void (*)(void))dga_unknown_since, METH_FASTCALL,
+     "dga_unknown_since(failed, askers, since, cap) -> int: an agent's unknown failures at or after `since`."},
     {"dga_unresolved", (PyCFunction)(void (*)(void))dga_unresolved, METH_FASTCALL,
      "dga_unresolved(failed, askers, horizon, cap) -> int: the expiry of an agent's failures, then the unknown ones left."},
     {"label_features", (PyCFunction)(void (*)(void))label_features, METH_FASTCALL,

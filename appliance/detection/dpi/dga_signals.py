@@ -30,7 +30,7 @@ from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import ramp
 from appliance.detection.dpi.dga_words import LabelShape, WordModel
 from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
-from appliance.native.dpi import DgaScanner, dga_unresolved
+from appliance.native.dpi import DgaScanner, dga_unknown_since, dga_unresolved
 
 _log = logging.getLogger(__name__)
 # (the agent's state, newest timestamp, burst window due to close, a name failed and the judge can fire)
@@ -125,7 +125,7 @@ class DgaSignals:
 
     def _close_window(self, state: _AgentFailures, now_ns: int, cap: int) -> None:
         """One value per closed window for the agent's baseline, and its NXDOMAIN share for the population."""
-        unknown = sum(1 for d, (ts, _) in state.failed.items() if ts >= state.window_start and not self._is_common(d, cap))
+        unknown = self._unknown_in_window(state, cap)
         state.windows += 1
         state.baseline += (unknown - state.baseline) / min(state.windows, 20)
         if state.answers >= 10:
@@ -133,6 +133,10 @@ class DgaSignals:
             self._population_windows += 1
             self._population_share += (state.last_share - self._population_share) / min(self._population_windows, 1000)
         state.window_start, state.answers, state.failures = now_ns, 0, 0
+
+    def _unknown_in_window(self, state: _AgentFailures, cap: int) -> int:
+        """The agent's unknown failures since its window started (C: dga_unknown_since)."""
+        return dga_unknown_since(state.failed, self._askers, state.window_start, cap)  # type: ignore[no-any-return]
 
     def _is_common(self, registered: str, cap: int) -> bool:
         entry = self._askers.get(registered)
