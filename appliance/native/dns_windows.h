@@ -5,8 +5,8 @@
  * DnsAnalyzer spent ~27 us per DNS flow of the bench corpus in Python, most of it in the loop over the
  * flow's messages: a sliding window of events per (agent, registered domain), the agent's answers window
  * and its scored domains; DgaSignals looped over the same messages again. Here each loop is one call per
- * flow (DnsScanner.scan, dga_scan); the judges, which build evidence, stay in Python, run only when one can
- * fire, and read the state through the members below. dpi/dns_reference.py and dpi/dga_signals_reference.py
+ * flow (DnsScanner.scan, DgaScanner.scan); the judges, which build evidence, stay in Python, run only when one can
+ * report (each judge's first tests are in the scan too), and read the state through the members below. dpi/dns_reference.py and dpi/dga_signals_reference.py
  * are the Python twins the tests hold this to.
  *
  * Names are chosen by attackers: every table keyed by a name is a Python dict (str hashes are SipHash,
@@ -23,11 +23,18 @@
  *     .scan(flow) -> (agent, queries, now_ns, judged, dga_due, flood_due), or None when no judge is due
  *     Everything DnsAnalyzer.analyze did before its judges: the messages, the flood buckets, the expiry of
  *     the agent's scored domains. judged: [(registered, window)] of the touched windows (first-touch order)
- *     that have enough queries for the tunneling judge, or None; dga_due/flood_due: whether the DGA and
- *     flood judges can fire (the same tests, the same arithmetic as their first lines in Python).
+ *     that pass the tunneling judge's first tests (enough queries, by names or by volume), or None;
+ *     dga_due/flood_due: whether the DGA and flood judges can fire. Each is the judge's own test before it asks
+ *     the throttle, with the same arithmetic, so a judge runs in Python only when it may report.
  * dga_scan(flow, agents, make_state, askers, split_memo, split, cap, prevalence_window_ns, burst_window_ns,
- *          max_agents, max_per_agent, max_domains) -> (state, now_ns, close_due, failed_any) or None
- *     DgaSignals.analyze up to its judge (appliance/detection/dpi/dga_signals.py), the same way.
+ *          max_agents, max_per_agent, max_domains, minimum) -> (state, now_ns, close_due, failed_any) or None
+ *     DgaSignals.analyze up to where its judge can fire (appliance/detection/dpi/dga_signals.py), the same way.
+ * DgaScanner(agents, make_state, askers, split_memo, split, max_agents, max_per_agent, max_domains)
+ *     .configure(cap, prevalence_window_ns, burst_window_ns, minimum); .scan(flow): dga_scan with these bound.
+ * dga_unresolved(failed, askers, horizon, cap) -> int
+ *     The start of DgaSignals._judge: the expiry of an agent's failures, and how many unknown ones are left.
+ * dga_unknown_since(failed, askers, since, cap) -> int
+ *     DgaSignals._close_window's count: the unknown failures at or after `since`.
  */
 #include <string.h>
 #include <structmember.h>
@@ -45,7 +52,7 @@ typedef struct {
 } dnsw_attr;
 
 static dnsw_attr dnsw_attr_dns, dnsw_attr_agent_id, dnsw_attr_flow_id, dnsw_attr_first_ns, dnsw_attr_last_ns, dnsw_attr_packets_out, dnsw_attr_timestamp_ns, dnsw_attr_is_response, dnsw_attr_rcode, dnsw_attr_qname, dnsw_attr_qtype, dnsw_attr_score, dnsw_attr_answers, dnsw_attr_ttl, dnsw_attr_failed, dnsw_attr_answers_count, dnsw_attr_failures, dnsw_attr_ttls, dnsw_attr_window_start;
-static PyObject *dnsw_xn, *dnsw_name_extend;
+static PyObject *dnsw_xn, *dnsw_name_extend, *dnsw_name_append;
 static PyObject *dnsw_local_suffixes[6];
 static PyObject *dnsw_no_args;  /* () */
 static const char *const dnsw_local_suffix_texts[6] = {"arpa", "local", "lan", "internal", "localdomain", "home"};
@@ -81,6 +88,33 @@ static PyObject *dnsw_get(PyObject *obj, dnsw_attr *attr)
     return Py_NewRef(value);
 }
 
+/* obj.<attribute> = value (a new reference taken): the slot itself when dnsw_get found one on this type and the type
+ * sets attributes the generic way (no __setattr__ of its own), else PyObject_SetAttr. Call dnsw_get first. */
+static int dnsw_set(PyObject *obj, dnsw_attr *attr, PyObject *value)
+{
+    PyTypeObject *type = Py_TYPE(obj);
+    if (type == attr->type && attr->offset >= 0 && type->tp_setattro == PyObject_GenericSetAttr) {
+        PyObject **slot = (PyObject **)((char *)obj + attr->offset);
+        Py_XSETREF(*slot, Py_NewRef(value));
+        return 0;
+    }
+    return PyObject_SetAttr(obj, attr->name, value);
+}
+
+/* (first, second), both stolen; NULL, with both released, when either is NULL. */
+static PyObject *dnsw_pair(PyObject *first, PyObject *second)
+{
+    PyObject *pair = (first != NULL && second != NULL) ? PyTuple_New(2) : NULL;
+    if (pair == NULL) {
+        Py_XDECREF(first);
+        Py_XDECREF(second);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, first);
+    PyTuple_SET_ITEM(pair, 1, second);
+    return pair;
+}
+
 /* -- a deque(maxlen=20) of flow ids ---------------------------------------------------------------- */
 typedef struct {
     PyObject *ids[DNSW_FLOW_IDS];
@@ -89,9 +123,18 @@ typedef struct {
 
 static int dnsw_ids_contains(const dnsw_ids *ring, PyObject *id)
 {
+    /* str ids (all that ingestion makes) are told apart by their hashes first: kept in the object, no compare. */
+    Py_hash_t hash = PyUnicode_CheckExact(id) ? PyObject_Hash(id) : -1;
+    if (hash == -1 && PyErr_Occurred())
+        return -1;
     /* Newest first: a flow's queries find their own id (the same object) at once. */
     for (int i = ring->count - 1; i >= 0; i--) {
-        int equal = PyObject_RichCompareBool(ring->ids[(ring->head + i) % DNSW_FLOW_IDS], id, Py_EQ);
+        PyObject *other = ring->ids[(ring->head + i) % DNSW_FLOW_IDS];
+        if (other == id)
+            return 1;
+        if (hash != -1 && PyUnicode_CheckExact(other) && PyObject_Hash(other) != hash)
+            continue;
+        int equal = PyObject_RichCompareBool(other, id, Py_EQ);
         if (equal != 0)
             return equal;  /* 1, or -1 with an exception set */
     }
@@ -215,6 +258,17 @@ static int dnsw_events_push(DomainWindowObject *w, dnsw_event event)
     return 0;
 }
 
+/* count * log2(count) for the counts of one symbol in a name (a DNS name has at most 253): computed once, by the
+ * same expression entropy_of_bytes (dpi.c) uses, so that the sums are the same to the bit. */
+#define DNSW_CLOG_COUNTS 256
+static double dnsw_clog[DNSW_CLOG_COUNTS];
+
+static void dnsw_clog_init(void)
+{
+    for (Py_ssize_t c = 0; c < DNSW_CLOG_COUNTS; c++)
+        dnsw_clog[c] = c > 1 ? (double)c * log2((double)c) : 0.0;
+}
+
 /* Bits per character of `sub` without its dots, as shannon_entropy(sub.replace(".", "")); its length too. */
 static int dnsw_flat_entropy(PyObject *sub, long long *flat_len, double *entropy)
 {
@@ -245,7 +299,7 @@ static int dnsw_flat_entropy(PyObject *sub, long long *flat_len, double *entropy
         double weighted = 0.0;
         for (unsigned s = lo; s <= hi; s++) {
             if (counts[s] > 1)
-                weighted += (double)counts[s] * log2((double)counts[s]);
+                weighted += counts[s] < DNSW_CLOG_COUNTS ? dnsw_clog[counts[s]] : (double)counts[s] * log2((double)counts[s]);
         }
         *entropy = log2((double)flat) - weighted / (double)flat;
         return 0;
@@ -406,6 +460,7 @@ typedef struct {
     long long nx_count;
     PyObject *buckets;  /* dict: bucket index -> queries */
     long long top_bucket;
+    long long top_count, previous_count;  /* buckets[top_bucket] and buckets[top_bucket - 1] (0 when absent), kept */
     long long base_n;
     double base_mean, base_m2;
     dnsw_ids flow_ids;
@@ -427,6 +482,7 @@ static PyObject *AgentDns_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     a->suspicious = a->nx_count = a->base_n = 0;
     a->threshold = -1.0;
     a->top_bucket = -1;
+    a->top_count = a->previous_count = 0;
     a->base_mean = a->base_m2 = 0.0;
     a->flow_ids.head = a->flow_ids.count = 0;
     a->domains = PyDict_New();
@@ -513,7 +569,7 @@ static int dnsw_remember_domain(AgentDnsObject *a, PyObject *registered, long lo
         if (PyDict_DelItem(a->domains, registered) < 0)
             return -1;
     }
-    PyObject *pair = Py_BuildValue("(Ld)", ts, score);
+    PyObject *pair = dnsw_pair(PyLong_FromLongLong(ts), PyFloat_FromDouble(score));
     if (pair == NULL || PyDict_SetItem(a->domains, registered, pair) < 0) {
         Py_XDECREF(pair);
         return -1;
@@ -542,6 +598,10 @@ static PyMemberDef AgentDns_members[] = {
     {"nx_count", T_LONGLONG, offsetof(AgentDnsObject, nx_count), READONLY, "NXDOMAIN answers in the window"},
     {"buckets", T_OBJECT, offsetof(AgentDnsObject, buckets), READONLY, "dict: bucket index -> queries"},
     {"top_bucket", T_LONGLONG, offsetof(AgentDnsObject, top_bucket), READONLY, "the newest bucket index, -1 before any"},
+    {"top_count", T_LONGLONG, offsetof(AgentDnsObject, top_count), READONLY,
+     "buckets[top_bucket], kept for the flood judge's gate (0 before any)"},
+    {"previous_count", T_LONGLONG, offsetof(AgentDnsObject, previous_count), READONLY,
+     "buckets.get(top_bucket - 1, 0), kept for the flood judge's gate"},
     {"base_n", T_LONGLONG, offsetof(AgentDnsObject, base_n), READONLY, "closed buckets in the baseline"},
     {"base_mean", T_DOUBLE, offsetof(AgentDnsObject, base_mean), READONLY, "baseline mean, queries/s"},
     {"base_m2", T_DOUBLE, offsetof(AgentDnsObject, base_m2), READONLY, "baseline sum of squared deviations (Welford)"},
@@ -580,6 +640,9 @@ typedef struct {
     int configured;
     long long tunnel_window_ns, min_tunnel_queries, dga_window_ns, min_suspicious_domains, bucket_ns, warmup_buckets;
     double name_threshold, bucket_s, absolute_qps, baseline_min_qps, baseline_z;
+    /* The judges' first tests: a window (or an agent) that fails them is not handed to Python. */
+    long long min_unique_subdomains, min_name_bytes, nxdomain_min_responses;
+    double min_mean_subdomain_length, min_label_entropy, min_suspicious_share, nxdomain_ratio;
 } DnsScannerObject;
 
 static PyTypeObject DnsScannerType;
@@ -805,40 +868,175 @@ static int dnsw_score(DnsScannerObject *s, PyObject *label, double *score)
     return (*score == -1.0 && PyErr_Occurred()) ? -1 : 0;
 }
 
-/* The previous query of the flow: a tunnel's queries come in runs under one registered domain. */
+/*
+ * The registered domains the flow's queries went to lately, with their windows: a tunnel's queries come in runs
+ * under one or two registered domains (a flow may interleave two). A query to one of them needs only its window's
+ * accounting: the flow id and the touched entry are already there, and the window is the one in `windows` (the
+ * entries are dropped when that dict is cleared). What each query stored in agent->domains in turn (the domain
+ * moved to the newest place, with this query's time and the same score: the suspicious count does not change) is
+ * left pending and stored once: before a query to another domain (whose remembering must come after) and at the
+ * end of the messages, the pending ones in the order of their last query. Nothing reads agent->domains between.
+ */
+#define DNSW_RECENT 4
 typedef struct {
-    PyObject *registered;        /* strong reference, NULL before the first query */
+    PyObject *registered;        /* strong reference */
     DomainWindowObject *window;  /* strong reference */
-    int remembered;              /* registered is the newest of agent->domains, with this score */
+    int remembered;              /* the domain is in agent->domains (not a punycode label), with this score */
     double score;
-    int pending;                 /* the run's newest query time is still to be stored in agent->domains */
+    long long last_use;          /* the query sequence number of its last query, for eviction */
+    int pending;                 /* its last query's time is still to be stored in agent->domains */
     long long pending_ts;
-} dnsw_previous;
+} dnsw_recent_entry;
 
-/* agent->domains[registered] = (ts of the run's last query, score): what each query of the run stored in turn. The
- * key stays where it is (the newest) and nothing reads the time before the run ends (the next registered domain,
- * or the end of the flow's messages), so storing the last one once is the same state. */
-static int dnsw_previous_flush(dnsw_previous *previous, AgentDnsObject *agent)
+typedef struct {
+    dnsw_recent_entry entries[DNSW_RECENT];
+    int count;
+    long long sequence;
+    PyObject *newest;  /* borrowed from an entry or NULL: the key known to be agent->domains' newest */
+} dnsw_recent;
+
+static void dnsw_recent_clear(dnsw_recent *recent)
 {
-    if (!previous->pending)
-        return 0;
-    previous->pending = 0;
-    PyObject *value = Py_BuildValue("(Ld)", previous->pending_ts, previous->score);
-    int status = value != NULL ? PyDict_SetItem(agent->domains, previous->registered, value) : -1;
-    Py_XDECREF(value);
-    return status;
+    for (int i = 0; i < recent->count; i++) {
+        Py_CLEAR(recent->entries[i].registered);
+        Py_CLEAR(recent->entries[i].window);
+    }
+    recent->count = 0;
+    recent->newest = NULL;
 }
 
-static void dnsw_previous_clear(dnsw_previous *previous)
+/* Store the pending domains in agent->domains, oldest last query first, each moved to the newest place. */
+static int dnsw_recent_flush(dnsw_recent *recent, AgentDnsObject *agent)
 {
-    Py_CLEAR(previous->registered);
-    Py_CLEAR(previous->window);
+    for (;;) {
+        dnsw_recent_entry *next = NULL;
+        for (int i = 0; i < recent->count; i++) {
+            dnsw_recent_entry *e = &recent->entries[i];
+            if (e->pending && (next == NULL || e->last_use < next->last_use))
+                next = e;
+        }
+        if (next == NULL)
+            return 0;
+        next->pending = 0;
+        /* Already the newest (a run of queries under one domain): stored in place, which is where moving puts it. */
+        if (recent->newest != next->registered && PyDict_DelItem(agent->domains, next->registered) < 0)
+            return -1;
+        PyObject *value = dnsw_pair(PyLong_FromLongLong(next->pending_ts), PyFloat_FromDouble(next->score));
+        int status = value != NULL ? PyDict_SetItem(agent->domains, next->registered, value) : -1;
+        Py_XDECREF(value);
+        if (status < 0)
+            return -1;
+        recent->newest = next->registered;
+    }
+}
+
+/* The entry of `registered`, or NULL (with an exception set on error). */
+static dnsw_recent_entry *dnsw_recent_find(dnsw_recent *recent, PyObject *registered)
+{
+    for (int i = 0; i < recent->count; i++) {
+        dnsw_recent_entry *e = &recent->entries[i];
+        if (e->registered == registered || PyUnicode_Compare(e->registered, registered) == 0)
+            return e;
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    return NULL;
+}
+
+/* A new entry (its pending ones flushed first by the caller): a free one, or the least recently used. */
+static void dnsw_recent_add(dnsw_recent *recent, PyObject *registered, DomainWindowObject *window, int remembered,
+                            double score)
+{
+    dnsw_recent_entry *e = &recent->entries[0];
+    if (recent->count < DNSW_RECENT)
+        e = &recent->entries[recent->count++];
+    else {
+        for (int i = 1; i < DNSW_RECENT; i++) {
+            if (recent->entries[i].last_use < e->last_use)
+                e = &recent->entries[i];
+        }
+        if (recent->newest == e->registered)
+            recent->newest = NULL;
+        Py_CLEAR(e->registered);
+        Py_CLEAR(e->window);
+    }
+    e->registered = Py_NewRef(registered);
+    e->window = (DomainWindowObject *)Py_NewRef(window);
+    e->remembered = remembered;
+    e->score = score;
+    e->last_use = ++recent->sequence;
+    e->pending = 0;
+    if (remembered)
+        recent->newest = e->registered;
+}
+
+/* The windows a flow's queries touched, by registered domain in first-touch order (a dict's `touched[registered] =
+ * window`): most flows touch one or two, held here; past DNSW_TOUCHED_HELD distinct domains, a dict holds them all. */
+#define DNSW_TOUCHED_HELD 8
+typedef struct {
+    PyObject *registered[DNSW_TOUCHED_HELD];          /* strong references */
+    DomainWindowObject *windows[DNSW_TOUCHED_HELD];   /* strong references */
+    int count;
+    PyObject *spilled;  /* dict: registered -> window, once more than DNSW_TOUCHED_HELD; then the arrays are empty */
+} dnsw_touched;
+
+static void dnsw_touched_clear(dnsw_touched *t)
+{
+    for (int i = 0; i < t->count; i++) {
+        Py_CLEAR(t->registered[i]);
+        Py_CLEAR(t->windows[i]);
+    }
+    t->count = 0;
+    Py_CLEAR(t->spilled);
+}
+
+static int dnsw_touch(dnsw_touched *t, PyObject *registered, DomainWindowObject *window)
+{
+    if (t->spilled != NULL)
+        return PyDict_SetItem(t->spilled, registered, (PyObject *)window);
+    for (int i = 0; i < t->count; i++) {
+        if (t->registered[i] == registered || PyUnicode_Compare(t->registered[i], registered) == 0) {
+            Py_SETREF(t->windows[i], (DomainWindowObject *)Py_NewRef(window));
+            return 0;
+        }
+        if (PyErr_Occurred())
+            return -1;
+    }
+    if (t->count < DNSW_TOUCHED_HELD) {
+        t->registered[t->count] = Py_NewRef(registered);
+        t->windows[t->count] = (DomainWindowObject *)Py_NewRef(window);
+        t->count++;
+        return 0;
+    }
+    PyObject *spilled = PyDict_New();
+    for (int i = 0; spilled != NULL && i < t->count; i++) {
+        if (PyDict_SetItem(spilled, t->registered[i], (PyObject *)t->windows[i]) < 0)
+            Py_CLEAR(spilled);
+    }
+    if (spilled == NULL)
+        return -1;
+    dnsw_touched_clear(t);
+    t->spilled = spilled;
+    return PyDict_SetItem(spilled, registered, (PyObject *)window);
+}
+
+/* The i-th touched (registered, window), borrowed; 0 past the last. */
+static int dnsw_touched_next(const dnsw_touched *t, Py_ssize_t *pos, PyObject **registered, PyObject **window)
+{
+    if (t->spilled != NULL)
+        return PyDict_Next(t->spilled, pos, registered, window);
+    if (*pos >= t->count)
+        return 0;
+    *registered = t->registered[*pos];
+    *window = (PyObject *)t->windows[*pos];
+    (*pos)++;
+    return 1;
 }
 
 /* One query: its window's accounting, the flow id, the touched windows and the agent's scored domains. */
 static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agent_id, PyObject *flow_id,
-                      const dnsw_message *m, PyObject *touched, long long tunnel_window_ns, double threshold,
-                      dnsw_previous *previous)
+                      const dnsw_message *m, dnsw_touched *touched, long long tunnel_window_ns, double threshold,
+                      dnsw_recent *recent)
 {
     PyObject *pair = dnsw_split(s->split_memo, s->split, m->name);
     if (pair == NULL)
@@ -847,27 +1045,20 @@ static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agen
     int status = -1;
     DomainWindowObject *window = NULL;
     PyObject *key = NULL;
-    int same = 0;
-    if (previous->registered != NULL) {
-        same = previous->registered == registered ? 1 : PyUnicode_Compare(previous->registered, registered) == 0;
-        if (PyErr_Occurred())
+    dnsw_recent_entry *known = dnsw_recent_find(recent, registered);
+    if (known != NULL) {  /* one of the flow's recent domains: its window's accounting, the rest left pending */
+        if (dnsw_add_query(known->window, m->name, registered, m->flag, m->ts, tunnel_window_ns, s->max_events) < 0)
             goto done;
-    }
-    if (same) {
-        /* The same window as the query before (no window was made, so none was cleared since); the flow id and
-         * the touched entry are already there; the domain is already the agent's newest, with the same score. */
-        if (dnsw_add_query(previous->window, m->name, registered, m->flag, m->ts, tunnel_window_ns, s->max_events) < 0)
-            goto done;
-        if (previous->remembered) {
-            previous->pending = 1;
-            previous->pending_ts = m->ts;
+        known->last_use = ++recent->sequence;
+        if (known->remembered) {
+            known->pending = 1;
+            known->pending_ts = m->ts;
         }
         status = 0;
         goto done;
     }
-    if (dnsw_previous_flush(previous, agent) < 0)
+    if (PyErr_Occurred() || dnsw_recent_flush(recent, agent) < 0)
         goto done;
-    dnsw_previous_clear(previous);
     if ((key = PyTuple_Pack(2, agent_id, registered)) == NULL)
         goto done;
     window = (DomainWindowObject *)PyDict_GetItemWithError(s->windows, key);
@@ -882,8 +1073,10 @@ static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agen
     else {
         if (PyErr_Occurred())
             goto done;
-        if (PyDict_GET_SIZE(s->windows) >= s->max_keys)
+        if (PyDict_GET_SIZE(s->windows) >= s->max_keys) {
             PyDict_Clear(s->windows);
+            dnsw_recent_clear(recent);  /* their windows left the dict (nothing is pending: flushed above) */
+        }
         window = dnsw_window_new(m->ts);
         if (window == NULL || PyDict_SetItem(s->windows, key, (PyObject *)window) < 0)
             goto done;
@@ -895,7 +1088,7 @@ static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agen
         goto done;
     if (!seen)
         dnsw_ids_append(&window->flow_ids, flow_id);
-    if (PyDict_SetItem(touched, registered, (PyObject *)window) < 0)
+    if (dnsw_touch(touched, registered, window) < 0)
         goto done;
     int punycode = (int)PyUnicode_Tailmatch(label, dnsw_xn, 0, PY_SSIZE_T_MAX, -1);
     if (punycode < 0)
@@ -905,10 +1098,7 @@ static int dnsw_query(DnsScannerObject *s, AgentDnsObject *agent, PyObject *agen
         if (dnsw_score(s, label, &score) < 0 || dnsw_remember_domain(agent, registered, m->ts, score, threshold) < 0)
             goto done;
     }
-    previous->registered = Py_NewRef(registered);
-    previous->window = (DomainWindowObject *)Py_NewRef(window);
-    previous->remembered = !punycode;
-    previous->score = score;
+    dnsw_recent_add(recent, registered, window, !punycode, score);
     status = 0;
 done:
     Py_XDECREF(window);
@@ -964,16 +1154,29 @@ static int dnsw_count_queries(DnsScannerObject *s, AgentDnsObject *a, long long 
         PyErr_SetString(PyExc_ValueError, "flow last_ns before first_ns");
         return -1;
     }
-    long long share = packets_out / spans, extra = packets_out % spans;
+    long long share = packets_out / spans, extra = packets_out % spans, top = a->top_bucket, last_count = 0;
     for (long long i = 0; i < spans; i++) {
-        long long count;
-        if (dnsw_bucket_get(a->buckets, first + i, &count) < 0
-            || dnsw_bucket_set(a->buckets, first + i, count + share + (i < extra ? 1 : 0)) < 0)
+        long long bucket = first + i, count;
+        if (top >= 0 && bucket == top)  /* most flows: the newest bucket, whose count is kept here */
+            count = a->top_count;
+        else if (dnsw_bucket_get(a->buckets, bucket, &count) < 0)
             return -1;
+        count += share + (i < extra ? 1 : 0);
+        if (dnsw_bucket_set(a->buckets, bucket, count) < 0)
+            return -1;
+        if (top >= 0 && bucket == top)
+            a->top_count = count;
+        else if (top >= 0 && bucket == top - 1)
+            a->previous_count = count;
+        last_count = count;
     }
     long long index = last;
     if (index <= a->top_bucket)
         return 0;
+    /* A new newest bucket: its count was just set (the loop ends on it), the one before it is looked up. */
+    a->top_count = last_count;
+    if (dnsw_bucket_get(a->buckets, index - 1, &a->previous_count) < 0)
+        return -1;
     if (a->top_bucket >= 0) {
         /* Close every bucket older than the two newest into the baseline (zeros included, capped). */
         long long zeros = index - a->top_bucket - 1;
@@ -1060,11 +1263,7 @@ static int dnsw_flood_due(DnsScannerObject *s, AgentDnsObject *a)
 {
     if (a->top_bucket < 0)
         return 0;
-    long long newest, previous;
-    if (dnsw_bucket_get(a->buckets, a->top_bucket, &newest) < 0
-        || dnsw_bucket_get(a->buckets, a->top_bucket - 1, &previous) < 0)
-        return -1;
-    long long count = newest > previous ? newest : previous;
+    long long count = a->top_count > a->previous_count ? a->top_count : a->previous_count;
     double rate = (double)count / s->bucket_s;
     double std = a->base_n > 1 ? sqrt(a->base_m2 / (double)(a->base_n - 1)) : 0.0;
     double z = (rate - a->base_mean) / (1.0 > std ? 1.0 : std);
@@ -1072,12 +1271,42 @@ static int dnsw_flood_due(DnsScannerObject *s, AgentDnsObject *a)
     return rate >= s->absolute_qps || (warm && rate >= s->baseline_min_qps && z >= s->baseline_z);
 }
 
+/* The tests at the start of DnsAnalyzer._judge_tunneling, with the same arithmetic: may a tunneling detector fire? */
+static int dnsw_tunneling_due(DnsScannerObject *s, DomainWindowObject *w)
+{
+    long long n = w->count, unique = PyDict_GET_SIZE(w->subdomains);
+    if (n < s->min_tunnel_queries || n < 1)
+        return 0;
+    double mean_len = (double)w->length_sum / (double)n, mean_entropy = w->entropy_sum / (double)n;
+    int by_names = mean_len >= s->min_mean_subdomain_length && mean_entropy >= s->min_label_entropy
+                   && unique >= s->min_unique_subdomains;
+    int by_volume = unique >= s->min_unique_subdomains && w->unique_bytes >= s->min_name_bytes
+                    && mean_len >= s->min_mean_subdomain_length / 2;
+    return by_names || by_volume;
+}
+
+/* The tests at the start of DnsAnalyzer._judge_dga (after dnsw_expire_domains), with the same arithmetic. */
+static int dnsw_dga_due(DnsScannerObject *s, AgentDnsObject *a)
+{
+    if ((double)a->suspicious < (double)s->min_suspicious_domains / 2)
+        return 0;
+    Py_ssize_t total = PyDict_GET_SIZE(a->domains);
+    double share = total ? (double)a->suspicious / (double)total : 0.0;
+    double nx_ratio = a->count ? (double)a->nx_count / (double)a->count : 0.0;
+    return (a->suspicious >= s->min_suspicious_domains && share >= s->min_suspicious_share)
+           || (a->count >= s->nxdomain_min_responses && nx_ratio >= s->nxdomain_ratio);
+}
+
 static PyObject *DnsScanner_configure(DnsScannerObject *s, PyObject *args)
 {
-    if (!PyArg_ParseTuple(args, "LLdLLLddddL:configure", &s->tunnel_window_ns, &s->min_tunnel_queries, &s->name_threshold,
-                          &s->dga_window_ns, &s->min_suspicious_domains, &s->bucket_ns, &s->bucket_s,
-                          &s->absolute_qps, &s->baseline_min_qps, &s->baseline_z, &s->warmup_buckets))
+    if (!PyArg_ParseTuple(args, "LLdLLLddddLLddLdLd:configure", &s->tunnel_window_ns, &s->min_tunnel_queries,
+                          &s->name_threshold, &s->dga_window_ns, &s->min_suspicious_domains, &s->bucket_ns, &s->bucket_s,
+                          &s->absolute_qps, &s->baseline_min_qps, &s->baseline_z, &s->warmup_buckets,
+                          &s->min_unique_subdomains, &s->min_mean_subdomain_length, &s->min_label_entropy,
+                          &s->min_name_bytes, &s->min_suspicious_share, &s->nxdomain_min_responses, &s->nxdomain_ratio)) {
+        s->configured = 0;
         return NULL;
+    }
     if (s->tunnel_window_ns < 0 || s->tunnel_window_ns >= DNSW_TS_LIMIT || s->dga_window_ns < 0
         || s->dga_window_ns >= DNSW_TS_LIMIT || s->bucket_ns < 1 || !(s->bucket_s > 0.0)) {
         s->configured = 0;
@@ -1105,10 +1334,11 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
         PyErr_SetString(PyExc_ValueError, "flow last_ns before first_ns");
         return NULL;
     }
-    PyObject *agent_id = NULL, *flow_id = NULL, *touched = NULL, *judged = NULL, *out = NULL, *seq = NULL;
+    PyObject *agent_id = NULL, *flow_id = NULL, *judged = NULL, *out = NULL, *seq = NULL;
+    dnsw_touched touched = {.count = 0, .spilled = NULL};
     AgentDnsObject *agent = NULL;
     dnsw_message *messages = NULL;
-    dnsw_previous previous = {NULL, NULL, 0, 0.0, 0, 0};
+    dnsw_recent recent = {.count = 0, .sequence = 0, .newest = NULL};
     Py_ssize_t n = 0;
     PyObject *dns = dnsw_get(flow, &dnsw_attr_dns);
     if (dns == NULL)
@@ -1118,7 +1348,7 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
     if (seq == NULL || (messages = dnsw_read_messages(seq, last_ns, &n)) == NULL)
         goto done;
     if ((agent_id = dnsw_get(flow, &dnsw_attr_agent_id)) == NULL
-        || (flow_id = dnsw_get(flow, &dnsw_attr_flow_id)) == NULL || (touched = PyDict_New()) == NULL)
+        || (flow_id = dnsw_get(flow, &dnsw_attr_flow_id)) == NULL)
         goto done;
     /* Checked: from here on the state changes. */
     agent = (AgentDnsObject *)PyDict_GetItemWithError(s->agents, agent_id);
@@ -1155,10 +1385,10 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
         if (skipped)
             continue;
         queries++;
-        if (dnsw_query(s, agent, agent_id, flow_id, m, touched, tunnel_window_ns, threshold, &previous) < 0)
+        if (dnsw_query(s, agent, agent_id, flow_id, m, &touched, tunnel_window_ns, threshold, &recent) < 0)
             goto done;
     }
-    if (dnsw_previous_flush(&previous, agent) < 0)
+    if (dnsw_recent_flush(&recent, agent) < 0)
         goto done;
     /* The flood counter uses the flow's packet count: a flow keeps only its first DNS messages. */
     if (packets_out) {
@@ -1171,13 +1401,13 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
     if (queries) {
         if (dnsw_expire_domains(s, agent, now_ns) < 0 || (flood_due = dnsw_flood_due(s, agent)) < 0)
             goto done;
-        dga_due = (double)agent->suspicious >= (double)s->min_suspicious_domains / 2;
+        dga_due = dnsw_dga_due(s, agent);
     }
-    /* Windows with fewer queries than the tunneling judge needs are not judged. */
+    /* Windows the tunneling judge would pass over are not handed to it. */
     Py_ssize_t pos = 0;
     PyObject *key, *value;
-    while (PyDict_Next(touched, &pos, &key, &value)) {
-        if (((DomainWindowObject *)value)->count >= s->min_tunnel_queries) {
+    while (dnsw_touched_next(&touched, &pos, &key, &value)) {
+        if (dnsw_tunneling_due(s, (DomainWindowObject *)value)) {
             if (judged == NULL && (judged = PyList_New(0)) == NULL)
                 goto done;
             PyObject *item = PyTuple_Pack(2, key, value);
@@ -1199,9 +1429,9 @@ done:
     Py_XDECREF(seq);
     Py_XDECREF(agent_id);
     Py_XDECREF(flow_id);
-    Py_XDECREF(touched);
+    dnsw_touched_clear(&touched);
     Py_XDECREF(judged);
-    dnsw_previous_clear(&previous);
+    dnsw_recent_clear(&recent);
     Py_XDECREF(agent);
     return out;
 }
@@ -1212,7 +1442,9 @@ static PyMethodDef DnsScanner_methods[] = {
      "or None when no judge is due."},
     {"configure", (PyCFunction)DnsScanner_configure, METH_VARARGS,
      "configure(tunnel_window_ns, min_tunnel_queries, name_threshold, dga_window_ns, min_suspicious_domains, "
-     "bucket_ns, bucket_s, absolute_qps, baseline_min_qps, baseline_z, warmup_buckets): the config in force."},
+     "bucket_ns, bucket_s, absolute_qps, baseline_min_qps, baseline_z, warmup_buckets, min_unique_subdomains, "
+     "min_mean_subdomain_length, min_label_entropy, min_name_bytes, min_suspicious_share, nxdomain_min_responses, "
+     "nxdomain_ratio): the config in force."},
     {NULL},
 };
 
@@ -1323,9 +1555,14 @@ static int dgas_count_asker(PyObject *askers, PyObject *registered, PyObject *ag
     if (entry == NULL || (double)(ts - seen) > window_ns) {
         if (PyDict_GET_SIZE(askers) >= max_domains)
             PyDict_Clear(askers);
-        PyObject *agents = PySet_New(NULL), *fresh = NULL;
-        if (agents != NULL && PySet_Add(agents, agent_id) == 0)
-            fresh = Py_BuildValue("[LO]", ts, agents);
+        PyObject *agents = PySet_New(NULL), *fresh = NULL, *first = NULL;
+        if (agents != NULL && PySet_Add(agents, agent_id) == 0 && (first = PyLong_FromLongLong(ts)) != NULL
+            && (fresh = PyList_New(2)) != NULL) {
+            PyList_SET_ITEM(fresh, 0, first);  /* both stolen */
+            PyList_SET_ITEM(fresh, 1, agents);
+            first = agents = NULL;
+        }
+        Py_XDECREF(first);
         Py_XDECREF(agents);
         int status = fresh ? PyDict_SetItem(askers, registered, fresh) : -1;
         Py_XDECREF(fresh);
@@ -1350,7 +1587,7 @@ static int dgas_fail(PyObject *failed, PyObject *pair, long long ts, Py_ssize_t 
     }
     else if (PyErr_Occurred())
         return -1;
-    PyObject *value = Py_BuildValue("(LO)", ts, PyTuple_GET_ITEM(pair, 1));
+    PyObject *value = dnsw_pair(PyLong_FromLongLong(ts), Py_NewRef(PyTuple_GET_ITEM(pair, 1)));
     if (value == NULL || PyDict_SetItem(failed, registered, value) < 0) {
         Py_XDECREF(value);
         return -1;
@@ -1369,6 +1606,98 @@ static int dgas_fail(PyObject *failed, PyObject *pair, long long ts, Py_ssize_t 
     return 0;
 }
 
+/* How many of an agent's failures at or after `since` are unknown (fewer than `cap` agents asked for them). */
+static Py_ssize_t dgas_unknown_since(PyObject *failed, PyObject *askers, long long since, Py_ssize_t cap)
+{
+    Py_ssize_t pos = 0, unknown = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(failed, &pos, &key, &value)) {
+        if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2) {
+            PyErr_SetString(PyExc_TypeError, "failed values must be (ts, label) tuples");
+            return -1;
+        }
+        long long ts = PyLong_AsLongLong(PyTuple_GET_ITEM(value, 0));
+        if (ts == -1 && PyErr_Occurred())
+            return -1;
+        if (ts < since)
+            continue;
+        PyObject *entry = PyDict_GetItemWithError(askers, key);
+        if (entry == NULL) {
+            if (PyErr_Occurred())
+                return -1;
+            unknown++;
+            continue;
+        }
+        if (!PyList_Check(entry) || PyList_GET_SIZE(entry) != 2 || !PyAnySet_Check(PyList_GET_ITEM(entry, 1))) {
+            PyErr_SetString(PyExc_TypeError, "askers values must be [ts, set of agents]");
+            return -1;
+        }
+        unknown += PySet_GET_SIZE(PyList_GET_ITEM(entry, 1)) < cap;
+    }
+    return unknown;
+}
+
+/*
+ * The start of DgaSignals._judge: failures older than `horizon` leave from the front (up to the first one inside
+ * it, as the judge's loop did), then how many of those left are unknown (fewer than `cap` agents asked for them).
+ */
+static Py_ssize_t dgas_unresolved(PyObject *failed, PyObject *askers, long long horizon, Py_ssize_t cap)
+{
+    PyObject *gone = NULL, *key, *value;  /* made only when a failure leaves */
+    Py_ssize_t pos = 0, count = -1;
+    while (PyDict_Next(failed, &pos, &key, &value)) {
+        if (!PyTuple_Check(value) || PyTuple_GET_SIZE(value) != 2) {
+            PyErr_SetString(PyExc_TypeError, "failed values must be (ts, label) tuples");
+            goto done;
+        }
+        long long ts = PyLong_AsLongLong(PyTuple_GET_ITEM(value, 0));
+        if (ts == -1 && PyErr_Occurred())
+            goto done;
+        if (ts >= horizon)
+            break;
+        if ((gone == NULL && (gone = PyList_New(0)) == NULL) || PyList_Append(gone, key) < 0)
+            goto done;
+    }
+    for (Py_ssize_t i = 0; gone != NULL && i < PyList_GET_SIZE(gone); i++) {
+        if (PyDict_DelItem(failed, PyList_GET_ITEM(gone, i)) < 0)
+            goto done;
+    }
+    count = dgas_unknown_since(failed, askers, LLONG_MIN, cap);
+done:
+    Py_XDECREF(gone);
+    return count;
+}
+
+/* dga_unknown_since(failed, askers, since, cap) -> int: see dgas_unknown_since (DgaSignals._close_window's count). */
+static PyObject *dga_unknown_since(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "dga_unknown_since(failed: dict, askers: dict, since, cap)");
+        return NULL;
+    }
+    long long since = PyLong_AsLongLong(args[2]);
+    Py_ssize_t cap = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_ssize_t count = dgas_unknown_since(args[0], args[1], since, cap);
+    return count < 0 ? NULL : PyLong_FromSsize_t(count);
+}
+
+/* dga_unresolved(failed, askers, horizon, cap) -> int: see dgas_unresolved. */
+static PyObject *dga_unresolved(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyDict_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "dga_unresolved(failed: dict, askers: dict, horizon, cap)");
+        return NULL;
+    }
+    long long horizon = PyLong_AsLongLong(args[2]);
+    Py_ssize_t cap = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_ssize_t count = dgas_unresolved(args[0], args[1], horizon, cap);
+    return count < 0 ? NULL : PyLong_FromSsize_t(count);
+}
+
 /* state.<attribute> += delta for an int attribute. */
 static int dgas_add(PyObject *state, dnsw_attr *attribute, long long delta)
 {
@@ -1377,7 +1706,7 @@ static int dgas_add(PyObject *state, dnsw_attr *attribute, long long delta)
     PyObject *value = dnsw_get(state, attribute), *sum = NULL, *step = PyLong_FromLongLong(delta);
     if (value != NULL && step != NULL)
         sum = PyNumber_Add(value, step);
-    int status = sum ? PyObject_SetAttr(state, attribute->name, sum) : -1;
+    int status = sum ? dnsw_set(state, attribute, sum) : -1;
     Py_XDECREF(value);
     Py_XDECREF(step);
     Py_XDECREF(sum);
@@ -1386,17 +1715,21 @@ static int dgas_add(PyObject *state, dnsw_attr *attribute, long long delta)
 
 /*
  * dga_scan(flow, agents, make_state, askers, split_memo, split, cap, prevalence_window_ns, burst_window_ns,
- *          max_agents, max_per_agent, max_domains) -> (state, now_ns, close_due) or None
+ *          max_agents, max_per_agent, max_domains, minimum) -> (state, now_ns, close_due, failed_any) or None
  * DgaSignals.analyze up to its judge (dga_signals_reference.py is its Python twin): the flow's agent state
  * (found in `agents`, or made by make_state(first_ns) after clearing a full dict), its failed registered
  * domains, answer counts and resolved TTLs, and the domains' askers, updated in place. close_due: the burst
- * window has run its length; None when the window is not due and no name failed (most flows).
+ * window has run its length. failed_any: a name failed and the judge can fire; when the window is not due,
+ * the start of the judge runs here (dgas_unresolved: the expiry, then the unknown failures counted) and a
+ * count below `minimum` (the smaller of the two detectors' minimums, where the judge returns nothing) is no
+ * failure. None when neither is left (most flows).
  */
 static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 12 || !PyDict_Check(args[1]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4])) {
+    if (nargs != 13 || !PyDict_Check(args[1]) || !PyDict_Check(args[3]) || !PyDict_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError, "dga_scan(flow, agents: dict, make_state, askers: dict, split_memo: dict, split, "
-                                         "cap, prevalence_window_ns, burst_window_ns, max_agents, max_per_agent, max_domains)");
+                                         "cap, prevalence_window_ns, burst_window_ns, max_agents, max_per_agent, max_domains, "
+                                         "minimum)");
         return NULL;
     }
     PyObject *flow = args[0], *agents = args[1], *make_state = args[2], *askers = args[3];
@@ -1404,11 +1737,15 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
     Py_ssize_t cap = PyLong_AsSsize_t(args[6]), max_agents = PyLong_AsSsize_t(args[9]);
     Py_ssize_t max_per_agent = PyLong_AsSsize_t(args[10]), max_domains = PyLong_AsSsize_t(args[11]);
     double window_ns = PyFloat_AsDouble(args[7]);
-    long long burst_window_ns = PyLong_AsLongLong(args[8]);
+    long long burst_window_ns = PyLong_AsLongLong(args[8]), minimum = PyLong_AsLongLong(args[12]);
     if (PyErr_Occurred())
         return NULL;
     if (max_agents < 1 || max_per_agent < 1 || max_domains < 1) {
         PyErr_SetString(PyExc_ValueError, "dga_scan(): bounds must be positive");
+        return NULL;
+    }
+    if (burst_window_ns < 0 || burst_window_ns >= DNSW_TS_LIMIT) {  /* now_ns - burst_window_ns cannot wrap */
+        PyErr_SetString(PyExc_ValueError, "dga_scan(): burst window out of range");
         return NULL;
     }
     long long first_ns, last_ns;
@@ -1417,6 +1754,8 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
         return NULL;
     PyObject *dns = dnsw_get(flow, &dnsw_attr_dns), *seq = NULL, *agent_id = NULL, *ttls = NULL, *out = NULL;
     PyObject *last_name = NULL, *last_registered = NULL, *state = NULL, *failed = NULL;
+    PyObject *split_name = NULL, *split_pair = NULL;  /* the last name split, and its (registered, label) */
+    Py_ssize_t ttl_count = 0;
     dgas_message *messages = NULL;
     Py_ssize_t n = 0;
     if (dns == NULL)
@@ -1460,20 +1799,27 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
         if (m->is_response) {
             answers++;
             if (!m->nx) {
-                if (m->ttl != NULL && ((ttls == NULL && (ttls = PyList_New(0)) == NULL) || PyList_Append(ttls, m->ttl) < 0))
-                    goto done;
+                ttl_count += m->ttl != NULL;
                 continue;
             }
             failures++;
-            int skipped = dnsw_skipped_name(m->name);
-            if (skipped < 0)
+            /* An answer repeats its query's name: the split made for the query serves (a name split is no skipped one). */
+            int same = split_name == NULL ? 0 : split_name == m->name ? 1 : PyUnicode_Compare(m->name, split_name) == 0;
+            if (PyErr_Occurred())
                 goto done;
-            if (skipped)
-                continue;
-            PyObject *pair = dnsw_split(split_memo, split, m->name);
-            int status = pair ? dgas_fail(failed, pair, m->ts, max_per_agent) : -1;
-            Py_XDECREF(pair);
-            if (status < 0)
+            if (!same) {
+                int skipped = dnsw_skipped_name(m->name);
+                if (skipped < 0)
+                    goto done;
+                if (skipped)
+                    continue;
+                PyObject *pair = dnsw_split(split_memo, split, m->name);
+                if (pair == NULL)
+                    goto done;
+                Py_XSETREF(split_pair, pair);
+                Py_XSETREF(split_name, Py_NewRef(m->name));
+            }
+            if (dgas_fail(failed, split_pair, m->ts, max_per_agent) < 0)
                 goto done;
             failed_any = 1;
             continue;
@@ -1495,28 +1841,34 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
         PyObject *pair = dnsw_split(split_memo, split, m->name);
         if (pair == NULL)
             goto done;
+        Py_XSETREF(split_pair, pair);
+        Py_XSETREF(split_name, Py_NewRef(m->name));
         PyObject *registered = PyTuple_GET_ITEM(pair, 0);
         int same = last_registered ? PyUnicode_Compare(registered, last_registered) : 1;
-        if (same == -1 && PyErr_Occurred()) {
-            Py_DECREF(pair);
+        if (same == -1 && PyErr_Occurred())
             goto done;
-        }
         if (same != 0) {  /* a flow's many names under one domain count once */
             Py_INCREF(registered);
             Py_XSETREF(last_registered, registered);
-            if (dgas_count_asker(askers, registered, agent_id, m->ts, cap, window_ns, max_domains) < 0) {
-                Py_DECREF(pair);
+            if (dgas_count_asker(askers, registered, agent_id, m->ts, cap, window_ns, max_domains) < 0)
                 goto done;
-            }
         }
-        Py_DECREF(pair);
     }
     if (dgas_add(state, &dnsw_attr_answers_count, answers) < 0 || dgas_add(state, &dnsw_attr_failures, failures) < 0)
         goto done;
-    if (ttls != NULL) {
+    if (ttl_count) {  /* state.ttls.extend(the resolved answers' TTLs): most flows have one, appended alone */
         PyObject *kept = dnsw_get(state, &dnsw_attr_ttls), *ignored = NULL;
-        if (kept != NULL)
-            ignored = PyObject_CallMethodOneArg(kept, dnsw_name_extend, ttls);
+        if (kept != NULL && ttl_count > 1 && (ttls = PyList_New(0)) != NULL) {
+            int status = 0;
+            for (Py_ssize_t i = 0; i < n && status == 0; i++)
+                status = messages[i].ttl != NULL ? PyList_Append(ttls, messages[i].ttl) : 0;
+            if (status == 0)
+                ignored = PyObject_CallMethodOneArg(kept, dnsw_name_extend, ttls);
+        }
+        for (Py_ssize_t i = 0; kept != NULL && ttl_count == 1 && i < n; i++) {
+            if (messages[i].ttl != NULL)
+                ignored = PyObject_CallMethodOneArg(kept, dnsw_name_append, messages[i].ttl);
+        }
         Py_XDECREF(kept);
         if (ignored == NULL)
             goto done;
@@ -1526,6 +1878,12 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
     if (dnsw_timestamp(dnsw_get(state, &dnsw_attr_window_start), "state window_start", &window_start) < 0)
         goto done;
     int close_due = now_ns - window_start >= burst_window_ns;
+    if (failed_any && !close_due) {  /* the window closes before the judge's expiry: then the judge does it all */
+        Py_ssize_t unknown = dgas_unresolved(failed, askers, now_ns - burst_window_ns, cap);
+        if (unknown < 0)
+            goto done;
+        failed_any = unknown >= minimum;
+    }
     if (!close_due && !failed_any)
         out = Py_NewRef(Py_None);
     else
@@ -1540,8 +1898,106 @@ done:
     Py_XDECREF(ttls);
     Py_XDECREF(last_name);
     Py_XDECREF(last_registered);
+    Py_XDECREF(split_name);
+    Py_XDECREF(split_pair);
     return out;
 }
+
+/* -- DgaScanner: dga_scan with its state and config bound (one attribute and a one-argument call per flow) ------ */
+#define DGAS_ARGS 13
+enum { DGAS_FLOW, DGAS_AGENTS, DGAS_MAKE_STATE, DGAS_ASKERS, DGAS_SPLIT_MEMO, DGAS_SPLIT, DGAS_CAP, DGAS_PREVALENCE_NS,
+       DGAS_BURST_NS, DGAS_MAX_AGENTS, DGAS_MAX_PER_AGENT, DGAS_MAX_DOMAINS, DGAS_MINIMUM };
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *args[DGAS_ARGS];  /* dga_scan's arguments; the flow's slot stays NULL, the config's until configure() */
+} DgaScannerObject;
+
+static PyObject *DgaScanner_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *keywords[] = {"agents", "make_state", "askers", "split_memo", "split", "max_agents", "max_per_agent",
+                               "max_domains", NULL};
+    PyObject *bound[8];
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!O!OO!O!O!:DgaScanner", keywords, &PyDict_Type, &bound[0], &bound[1],
+                                     &PyDict_Type, &bound[2], &PyDict_Type, &bound[3], &bound[4], &PyLong_Type, &bound[5],
+                                     &PyLong_Type, &bound[6], &PyLong_Type, &bound[7]))
+        return NULL;
+    DgaScannerObject *s = (DgaScannerObject *)type->tp_alloc(type, 0);
+    if (s == NULL)
+        return NULL;
+    for (int i = 0; i < 5; i++)
+        s->args[DGAS_AGENTS + i] = Py_NewRef(bound[i]);
+    for (int i = 0; i < 3; i++)
+        s->args[DGAS_MAX_AGENTS + i] = Py_NewRef(bound[5 + i]);
+    return (PyObject *)s;
+}
+
+static int DgaScanner_traverse(DgaScannerObject *s, visitproc visit, void *arg)
+{
+    for (int i = 0; i < DGAS_ARGS; i++)
+        Py_VISIT(s->args[i]);
+    return 0;
+}
+
+static int DgaScanner_clear(DgaScannerObject *s)
+{
+    for (int i = 0; i < DGAS_ARGS; i++)
+        Py_CLEAR(s->args[i]);
+    return 0;
+}
+
+static void DgaScanner_dealloc(DgaScannerObject *s)
+{
+    PyObject_GC_UnTrack(s);
+    DgaScanner_clear(s);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyObject *DgaScanner_configure(DgaScannerObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "configure(cap, prevalence_window_ns, burst_window_ns, minimum)");
+        return NULL;
+    }
+    Py_XSETREF(s->args[DGAS_CAP], Py_NewRef(args[0]));
+    Py_XSETREF(s->args[DGAS_PREVALENCE_NS], Py_NewRef(args[1]));
+    Py_XSETREF(s->args[DGAS_BURST_NS], Py_NewRef(args[2]));
+    Py_XSETREF(s->args[DGAS_MINIMUM], Py_NewRef(args[3]));
+    Py_RETURN_NONE;
+}
+
+static PyObject *DgaScanner_scan(DgaScannerObject *s, PyObject *flow)
+{
+    if (s->args[DGAS_MINIMUM] == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "scan(): configure() the scanner first");
+        return NULL;
+    }
+    PyObject *args[DGAS_ARGS];
+    memcpy(args, s->args, sizeof(args));
+    args[DGAS_FLOW] = flow;
+    return dga_scan(NULL, args, DGAS_ARGS);
+}
+
+static PyMethodDef DgaScanner_methods[] = {
+    {"scan", (PyCFunction)DgaScanner_scan, METH_O,
+     "scan(flow) -> dga_scan(flow, ...) with the state and config bound: (state, now_ns, close_due, failed_any) or None."},
+    {"configure", (PyCFunction)(void (*)(void))DgaScanner_configure, METH_FASTCALL,
+     "configure(cap, prevalence_window_ns, burst_window_ns, minimum): the config in force."},
+    {NULL},
+};
+
+static PyTypeObject DgaScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "appliance.native.dpi.DgaScanner",
+    .tp_doc = "dga_scan bound to DgaSignals' state and config (see dns_windows.h).",
+    .tp_basicsize = sizeof(DgaScannerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = DgaScanner_new,
+    .tp_dealloc = (destructor)DgaScanner_dealloc,
+    .tp_traverse = (traverseproc)DgaScanner_traverse,
+    .tp_clear = (inquiry)DgaScanner_clear,
+    .tp_methods = DgaScanner_methods,
+};
 
 static PyObject *dnsw_intern(PyObject **slot, const char *text)
 {
@@ -1561,7 +2017,7 @@ static int dnsw_init(PyObject *module)
         || !dnsw_intern(&dnsw_attr_score.name, "score") || !dnsw_intern(&dnsw_attr_answers.name, "answers")
         || !dnsw_intern(&dnsw_attr_ttl.name, "ttl") || !dnsw_intern(&dnsw_attr_failed.name, "failed")
         || !dnsw_intern(&dnsw_attr_answers_count.name, "answers") || !dnsw_intern(&dnsw_attr_failures.name, "failures")
-        || !dnsw_intern(&dnsw_attr_ttls.name, "ttls") || !dnsw_intern(&dnsw_name_extend, "extend")
+        || !dnsw_intern(&dnsw_attr_ttls.name, "ttls") || !dnsw_intern(&dnsw_name_extend, "extend") || !dnsw_intern(&dnsw_name_append, "append")
         || !dnsw_intern(&dnsw_attr_window_start.name, "window_start") || !dnsw_intern(&dnsw_xn, "xn--"))
         return -1;
     for (int i = 0; i < 6; i++) {
@@ -1570,9 +2026,10 @@ static int dnsw_init(PyObject *module)
     }
     if (dnsw_no_args == NULL && (dnsw_no_args = PyTuple_New(0)) == NULL)
         return -1;
-    PyTypeObject *types[3] = {&DomainWindowType, &AgentDnsType, &DnsScannerType};
-    const char *names[3] = {"DomainWindow", "AgentDns", "DnsScanner"};
-    for (int i = 0; i < 3; i++) {
+    dnsw_clog_init();
+    PyTypeObject *types[4] = {&DomainWindowType, &AgentDnsType, &DnsScannerType, &DgaScannerType};
+    const char *names[4] = {"DomainWindow", "AgentDns", "DnsScanner", "DgaScanner"};
+    for (int i = 0; i < 4; i++) {
         if (PyType_Ready(types[i]) < 0 || PyModule_AddObjectRef(module, names[i], (PyObject *)types[i]) < 0)
             return -1;
     }

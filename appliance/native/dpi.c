@@ -884,7 +884,11 @@ static PyMethodDef dpi_functions[] = {
      "server_hello_texts(hello) -> (ja4s head, ja4s extensions) of a ServerHello."},
     {"dga_scan", (PyCFunction)(void (*)(void))dga_scan, METH_FASTCALL,
      "dga_scan(flow, agents, make_state, askers, split_memo, split, cap, prevalence_window_ns, burst_window_ns, "
-     "max_agents, max_per_agent, max_domains) -> (state, now_ns, close_due, failed_any) or None: DgaSignals up to its judge."},
+     "max_agents, max_per_agent, max_domains, minimum) -> (state, now_ns, close_due, failed_any) or None: DgaSignals up to its judge."},
+    {"dga_unknown_since", (PyCFunction)(void (*)(void))dga_unknown_since, METH_FASTCALL,
+     "dga_unknown_since(failed, askers, since, cap) -> int: an agent's unknown failures at or after `since`."},
+    {"dga_unresolved", (PyCFunction)(void (*)(void))dga_unresolved, METH_FASTCALL,
+     "dga_unresolved(failed, askers, horizon, cap) -> int: the expiry of an agent's failures, then the unknown ones left."},
     {"label_features", (PyCFunction)(void (*)(void))label_features, METH_FASTCALL,
      "label_features(label, logp, floor, unseen) -> (mean trigram log-likelihood, letters, digits, consonants, "
      "longest consonant run): NameScorer.features' per-character work."},

@@ -116,7 +116,16 @@ static PyObject *sfx_private_suffix(SuffixSplitterObject *s, PyObject *name)
         return NULL;
     Py_ssize_t n = PyUnicode_GET_LENGTH(domain), labels = 1;
     int empty_label = n == 0;
-    for (Py_ssize_t i = 0; i < n && !empty_label; i++) {
+    if (PyUnicode_KIND(domain) == PyUnicode_1BYTE_KIND) {  /* every name ingestion makes: the dots found by memchr */
+        const char *data = (const char *)PyUnicode_1BYTE_DATA(domain), *dot = data;
+        while (!empty_label && (dot = memchr(dot, '.', (size_t)(data + n - dot))) != NULL) {
+            Py_ssize_t i = dot - data;
+            labels++;
+            empty_label = i == 0 || i == n - 1 || data[i + 1] == '.';
+            dot++;
+        }
+    }
+    for (Py_ssize_t i = 0; PyUnicode_KIND(domain) != PyUnicode_1BYTE_KIND && i < n && !empty_label; i++) {
         if (PyUnicode_READ_CHAR(domain, i) == '.') {
             labels++;
             empty_label = i == 0 || i == n - 1 || PyUnicode_READ_CHAR(domain, i + 1) == '.';
@@ -126,10 +135,14 @@ static PyObject *sfx_private_suffix(SuffixSplitterObject *s, PyObject *name)
         Py_DECREF(domain);
         Py_RETURN_NONE;
     }
+    /* The deepest suffix made is kept: it is most often the registered domain (one label below the public suffix). */
+    PyObject *last = NULL;
+    Py_ssize_t last_depth = 0;
     Py_ssize_t public = 1, deepest = labels < s->max_depth ? labels : s->max_depth;
     for (Py_ssize_t depth = 1; depth <= deepest; depth++) {
         PyObject *suffix = PyUnicode_Substring(domain, sfx_label_start(domain, depth), n);
         if (suffix == NULL) {
+            Py_XDECREF(last);
             Py_DECREF(domain);
             return NULL;
         }
@@ -143,8 +156,10 @@ static PyObject *sfx_private_suffix(SuffixSplitterObject *s, PyObject *name)
             else if (found == 0 && (found = PySet_Contains(s->exact, suffix)) == 1)
                 public = depth;
         }
-        Py_DECREF(suffix);
+        Py_XSETREF(last, suffix);
+        last_depth = depth;
         if (known < 0 || found < 0) {
+            Py_DECREF(last);
             Py_DECREF(domain);
             return NULL;
         }
@@ -154,8 +169,11 @@ static PyObject *sfx_private_suffix(SuffixSplitterObject *s, PyObject *name)
     PyObject *out;
     if (labels < public + 1)
         out = Py_NewRef(Py_None);
+    else if (last_depth == public + 1)
+        out = Py_NewRef(last);
     else
         out = PyUnicode_Substring(domain, sfx_label_start(domain, public + 1), n);
+    Py_XDECREF(last);
     Py_DECREF(domain);
     return out;
 }

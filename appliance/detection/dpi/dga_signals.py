@@ -30,10 +30,10 @@ from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import ramp
 from appliance.detection.dpi.dga_words import LabelShape, WordModel
 from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
-from appliance.native.dpi import dga_scan
+from appliance.native.dpi import DgaScanner, dga_unknown_since, dga_unresolved
 
 _log = logging.getLogger(__name__)
-# (the agent's state, newest timestamp, burst window due to close, a name failed)
+# (the agent's state, newest timestamp, burst window due to close, a name failed and the judge can fire)
 Scanned = tuple["_AgentFailures", int, bool, bool]
 
 _NS = 1_000_000_000
@@ -60,14 +60,14 @@ class _AgentFailures:
 class DgaSignals:
     """The NXDOMAIN-burst and lexical DGA detectors, fed the DNS messages of finished flows.
 
-    The loop over a flow's messages is one C call (`dga_scan`, appliance/native/dns_windows.h); its Python
-    twin is `dga_signals_reference.DgaSignalsReference`, which the tests hold it to.
+    The loop over a flow's messages, and the start of the judge, is one C call (`DgaScanner.scan`: `dga_scan` bound
+    to this state and config, appliance/native/dns_windows.h); its Python twin is
+    `dga_signals_reference.DgaSignalsReference`, which the tests hold it to.
     """
 
     def __init__(self, domains: RegisteredDomains, words: WordModel, max_agents: int = _MAX_AGENTS,
                  max_domains: int = _MAX_DOMAINS, max_per_agent: int = _MAX_PER_AGENT) -> None:
         self._domains = domains
-        self._split_memo, self._split = domains.memo, domains.split
         self._max_agents = max_agents
         self._max_domains = max_domains  # registered domains whose askers are counted
         self._max_per_agent = max_per_agent  # failed registered domains kept per agent
@@ -78,19 +78,19 @@ class DgaSignals:
         self._population_windows = 0
         self._throttle = Throttle()
         self._configured: AnalysisConfig | None = None
-        self._scan_config: tuple[int, float, int, int, int, int] = (0, 0.0, 0, 0, 0, 0)
+        self._scanner = DgaScanner(self._agents, self._new_state, self._askers, domains.memo, domains.split, max_agents,
+                                   max_per_agent, max_domains)
         self.out_of_range_flows = 0  # flows with a timestamp outside [0, 2**62): skipped, never seen by ingestion
 
     def analyze(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
         if config is self._configured:  # _scan inlined: this runs for every DNS flow
             try:
-                scanned = dga_scan(flow, self._agents, self._new_state, self._askers, self._split_memo, self._split,
-                                   *self._scan_config)
+                scanned = self._scanner.scan(flow)
             except ValueError:
                 scanned = self._out_of_range(flow)
         else:
             scanned = self._scan(flow, config)
-        if scanned is None:  # the burst window runs on and no name failed: most flows
+        if scanned is None:  # the burst window runs on and no judge can fire: most flows
             return []
         state, now_ns, close_due, failed_any = scanned
         if close_due:
@@ -100,15 +100,15 @@ class DgaSignals:
         return self._judge(flow, state, now_ns, config)
 
     def _scan(self, flow: FlowRecord, config: AnalysisConfig) -> Scanned | None:
-        """The flow's messages into its agent's failures and the domains' askers (see `dga_scan`)."""
+        """The flow's messages into its agent's failures and the domains' askers (see `dga_scan`); failed_any only
+        when the judge can fire (the scan ran its start when the window runs on)."""
         if config is not self._configured:
             c = config.dga
-            self._scan_config = (c.common_domain_agents, c.prevalence_window_s * _NS, int(c.burst_window_s * _NS),
-                                 self._max_agents, self._max_per_agent, self._max_domains)
+            self._scanner.configure(c.common_domain_agents, c.prevalence_window_s * _NS, int(c.burst_window_s * _NS),
+                                    min(c.burst_min_domains, c.lexical_min_domains))
             self._configured = config
         try:
-            return dga_scan(flow, self._agents, self._new_state, self._askers, self._split_memo,  # type: ignore[no-any-return]
-                            self._split, *self._scan_config)
+            return self._scanner.scan(flow)  # type: ignore[no-any-return]
         except ValueError:
             return self._out_of_range(flow)
 
@@ -125,7 +125,7 @@ class DgaSignals:
 
     def _close_window(self, state: _AgentFailures, now_ns: int, cap: int) -> None:
         """One value per closed window for the agent's baseline, and its NXDOMAIN share for the population."""
-        unknown = sum(1 for d, (ts, _) in state.failed.items() if ts >= state.window_start and not self._is_common(d, cap))
+        unknown = self._unknown_in_window(state, cap)
         state.windows += 1
         state.baseline += (unknown - state.baseline) / min(state.windows, 20)
         if state.answers >= 10:
@@ -134,31 +134,31 @@ class DgaSignals:
             self._population_share += (state.last_share - self._population_share) / min(self._population_windows, 1000)
         state.window_start, state.answers, state.failures = now_ns, 0, 0
 
+    def _unknown_in_window(self, state: _AgentFailures, cap: int) -> int:
+        """The agent's unknown failures since its window started (C: dga_unknown_since)."""
+        return dga_unknown_since(state.failed, self._askers, state.window_start, cap)  # type: ignore[no-any-return]
+
     def _is_common(self, registered: str, cap: int) -> bool:
         entry = self._askers.get(registered)
         return entry is not None and len(entry[1]) >= cap
 
     def _judge(self, flow: FlowRecord, state: _AgentFailures, now_ns: int, config: AnalysisConfig) -> list[Detection]:
         c = config.dga
-        window_ns = int(c.burst_window_s * _NS)
         failed = state.failed
-        horizon = now_ns - window_ns
-        while failed:
-            first = next(iter(failed))
-            if failed[first][0] >= horizon:
-                break
-            del failed[first]
+        horizon = now_ns - int(c.burst_window_s * _NS)
+        askers, cap = self._askers, c.common_domain_agents
+        # Failures older than the window leave; too few unknown ones left and nothing can report (C: dga_unresolved).
+        if dga_unresolved(failed, askers, horizon, cap) < min(c.burst_min_domains, c.lexical_min_domains):
+            return []
         resolver = ip_str(flow.remote_ip)
         interval = config.detectors.report_interval_s
         # Both reports throttled (most failing flows of a DGA host): nothing below could report or change state.
         if not (self._throttle.would_allow(("nx_burst", flow.agent_id, resolver), now_ns, interval)
                 or self._throttle.would_allow(("dga_lexical", flow.agent_id, resolver), now_ns, interval)):
             return []
-        askers, cap = self._askers, c.common_domain_agents  # _is_common, inlined: this runs over every failure
+        # _is_common, inlined: this runs over every failure
         unknown = [(d, label) for d, (_, label) in failed.items() if (entry := askers.get(d)) is None or len(entry[1]) < cap]
         count = len(unknown)
-        if count < min(c.burst_min_domains, c.lexical_min_domains):
-            return []
         threshold = max(float(c.burst_min_domains), c.burst_baseline_factor * state.baseline)
         share = state.failures / state.answers if state.answers else 0.0
         common = dict(agent_id=flow.agent_id, indicator=resolver, protocol="dns", transport="udp",

@@ -1,9 +1,9 @@
 """DgaSignals' loop over a flow's messages in Python: what `dga_signals.DgaSignals` does in C, for the tests.
 
 `DgaSignalsReference` is `DgaSignals` as it was before its loop moved to C: this loop in place of `dga_scan`
-(appliance/native/dns_windows.h), and the judge as it was (it shaped every label before the throttle decided);
-windows and baselines are the same code. tests/appliance/detection/test_dns_fast.py feeds both the
-same flows and compares every detection and the state.
+(appliance/native/dns_windows.h), the judge as it was (it shaped every label before the throttle decided) and
+the count of unknown failures when a window closes in Python; the baselines are the same code.
+tests/appliance/detection/test_dns_fast.py feeds both the same flows and compares every detection and the state.
 """
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ class DgaSignalsReference(DgaSignals):
                 last_registered = registered
                 self._count_asker(registered, agent_id, ts, c.common_domain_agents, c.prevalence_window_s)
         return state, now_ns, now_ns - state.window_start >= int(c.burst_window_s * _NS), failed_any
+
+    def _unknown_in_window(self, state: _AgentFailures, cap: int) -> int:
+        return sum(1 for d, (ts, _) in state.failed.items() if ts >= state.window_start and not self._is_common(d, cap))
 
     def _count_asker(self, registered: str, agent_id: str, ts: int, cap: int, window_s: float) -> None:
         entry = self._askers.get(registered)

@@ -20,7 +20,8 @@ from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
 from appliance.native.dpi import AgentDns, DnsScanner, DomainWindow
 
 _log = logging.getLogger(__name__)
-# (agent, queries, newest timestamp, [(registered, window)] for the tunneling judge or None, DGA judge due, flood judge due)
+# (agent, queries, newest timestamp, [(registered, window)] the tunneling judge may report or None, DGA judge due, flood
+# judge due): the scan runs each judge's first tests (the same arithmetic), so a judge runs only when it may report.
 Scanned = tuple[Any, int, int, "list[tuple[str, Any]] | None", bool, bool]
 
 _NS = 1_000_000_000
@@ -82,7 +83,9 @@ class DnsAnalyzer:
             t, g, f = config.dns_tunneling, config.dga, config.dns_flood
             self._scanner.configure(int(t.window_s * _NS), t.min_queries, g.name_threshold, int(g.window_s * _NS),
                                     g.min_suspicious_domains, int(f.bucket_s * _NS), f.bucket_s, f.absolute_qps,
-                                    f.baseline_min_qps, f.baseline_z, f.warmup_buckets)
+                                    f.baseline_min_qps, f.baseline_z, f.warmup_buckets, t.min_unique_subdomains,
+                                    t.min_mean_subdomain_length, t.min_label_entropy, t.min_name_bytes,
+                                    g.min_suspicious_share, g.nxdomain_min_responses, g.nxdomain_ratio)
             self._configured = config
         try:
             return self._scanner.scan(flow)  # type: ignore[no-any-return]
@@ -154,18 +157,20 @@ class DnsAnalyzer:
         answered = agent.answered
         nx_ratio = agent.nx_count / answered if answered else 0.0
         out: list[Detection] = []
-        # The running count decides; the list (for evidence) is built only when it may matter.
-        if agent.suspicious < c.min_suspicious_domains / 2:
+        # The running count decides (the scan keeps it against this threshold); the list, for the evidence, is built
+        # only for what will be reported.
+        count = agent.suspicious
+        if count < c.min_suspicious_domains / 2:
             return out
-        suspicious = [(d, s) for d, (_, s) in domains.items() if s >= c.name_threshold]
-        share = len(suspicious) / total if total else 0.0
+        share = count / total if total else 0.0
         interval = config.detectors.report_interval_s
-        dga_due = len(suspicious) >= c.min_suspicious_domains and share >= c.min_suspicious_share and \
+        dga_due = count >= c.min_suspicious_domains and share >= c.min_suspicious_share and \
             self._throttle.allow(("dga", flow.agent_id, resolver), now_ns, interval)
         nx_due = answered >= c.nxdomain_min_responses and nx_ratio >= c.nxdomain_ratio and \
             self._throttle.allow(("nx", flow.agent_id, resolver), now_ns, interval)
         if not (dga_due or nx_due):
             return out
+        suspicious = [(d, s) for d, (_, s) in domains.items() if s >= c.name_threshold]
         evidence = {
             "suspicious_domains": len(suspicious), "domains_in_window": total, "suspicious_share": round(share, 2),
             "mean_score": round(sum(s for _, s in suspicious) / len(suspicious), 2),

@@ -115,8 +115,10 @@ def random_flows(seed: int, count: int, agents: int = 5) -> list[FlowRecord]:
         messages = []
         for _ in range(rng.choice([0, 1, 2, 2, 2, 6, 40])):
             ts = rng.choice([0, first, last, rng.randint(first, last), max(0, first - 700 * _NS)])
-            name = random_name(rng, tunnels)
             response = rng.random() < 0.45
+            # An answer mostly repeats its query's name (the same text, another object, as ingestion decodes it).
+            repeat = response and messages and rng.random() < 0.6
+            name = "".join(list(messages[-1].qname)) if repeat else random_name(rng, tunnels)
             answers = ([DnsAnswer(name, 1, rng.randint(0, 86400), "1.2.3.4")] if response and rng.random() < 0.6 else [])
             messages.append(DnsMessage(rng.randint(0, 65535), response, rng.choice([0, 0, 2, 3, 3]), name,
                                        rng.choice([1, 5, 10, 16, 28, 65535]), 1, answers, False, ts))

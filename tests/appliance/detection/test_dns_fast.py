@@ -63,6 +63,21 @@ def test_small_bounds_overflow_alike(max_keys: int, max_events: int) -> None:
         assert all(a.answered <= max_events and len(a.flow_ids) <= 20 for a in fast._agents.values())
 
 
+def test_the_newest_bucket_counts_the_scanner_keeps_equal_its_buckets() -> None:
+    # The flood gate reads the two newest buckets' counts from the scanner, not the dict: late flows, flows over
+    # several buckets and new newest buckets must keep both equal to the dict after every flow.
+    fast, _ = analyzers()
+    rng = random.Random(21)
+    configs = {i: eager_config(rng) for i in range(0, 2000, 400)}
+    config = AnalysisConfig()
+    for i, flow in enumerate(random_flows(seed=21, count=2000, agents=3)):
+        config = configs.get(i, config)
+        fast.analyze(flow, config)
+        for agent in fast._agents.values():
+            assert (agent.top_count, agent.previous_count) == (agent.buckets.get(agent.top_bucket, 0),
+                                                               agent.buckets.get(agent.top_bucket - 1, 0)), i
+
+
 # The config object kept (analyze's inlined scan) or a new one each call (the scan that configures first).
 SAME_OR_NEW_CONFIG = pytest.mark.parametrize("config_of", [lambda c: c, lambda c: AnalysisConfig()], ids=["same", "new"])
 
@@ -75,7 +90,7 @@ def test_a_flow_with_a_timestamp_out_of_range_is_counted_and_changes_nothing(con
     for flow in flows:
         fast.analyze(flow, config)
     windows, agents = window_state(fast), agent_state(fast)
-    bad = flows[-1]
+    bad = next(f for f in reversed(flows) if f.dns)  # with messages left when one is taken off
     bad.dns = [*bad.dns, DnsMessage(1, False, 0, "zzz.example.com", 16, 1, timestamp_ns=2**63)]
     assert fast.analyze(bad, config_of(config)) == []
     bad.dns, bad.first_ns = bad.dns[:-1], -1

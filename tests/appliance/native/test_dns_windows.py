@@ -33,7 +33,7 @@ def test_dga_scan_matches_the_python_reference_under_small_bounds() -> None:
 
 def _scanner(agents: dict | None = None) -> dpi.DnsScanner:
     scanner = dpi.DnsScanner({} if agents is None else agents, {}, {}, lambda name: (name, name), {}, lambda label: 0.5, 10, 10)
-    scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1)
+    scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1, 1, 1.0, 0.0, 1, 0.0, 1, 0.0)
     return scanner
 
 
@@ -72,7 +72,7 @@ def test_dga_scan_refuses_hostile_records_and_changes_nothing(fields: dict[str, 
     askers: dict = {}
 
     def scan(flow: FlowRecord) -> object:
-        return dpi.dga_scan(flow, agents, DgaSignals._new_state, askers, {}, lambda name: (name, name), 3, 1e12, 10**12, 4, 4, 4)
+        return dpi.dga_scan(flow, agents, DgaSignals._new_state, askers, {}, lambda name: (name, name), 3, 1e12, 10**12, 4, 4, 4, 1)
 
     with pytest.raises((TypeError, ValueError, AttributeError)):
         scan(_flow(**fields))
@@ -86,15 +86,21 @@ def test_a_split_or_score_that_fails_raises_cleanly() -> None:
         raise KeyError(name)
 
     scanner = dpi.DnsScanner({}, {}, {}, broken, {}, lambda label: 0.5, 10, 10)
-    scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1)
+    scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1, 1, 1.0, 0.0, 1, 0.0, 1, 0.0)
     with pytest.raises(KeyError):
         scanner.scan(_flow())
     scanner = dpi.DnsScanner({}, {}, {}, lambda name: ("x", 1), {}, lambda label: 0.5, 10, 10)  # not two str
-    scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1)
+    scanner.configure(10**9, 1, 0.5, 10**9, 1, 10**9, 1.0, 50.0, 10.0, 3.0, 1, 1, 1.0, 0.0, 1, 0.0, 1, 0.0)
     with pytest.raises(TypeError):
         scanner.scan(_flow())
     with pytest.raises(RuntimeError):
         dpi.DnsScanner({}, {}, {}, broken, {}, broken, 1, 1).scan(_flow())  # not configured
+    with pytest.raises(RuntimeError):
+        dpi.DgaScanner({}, DgaSignals._new_state, {}, {}, broken, 4, 4, 4).scan(_flow())  # not configured
+    scanner = dpi.DgaScanner({}, DgaSignals._new_state, {}, {}, broken, 4, 4, 4)
+    scanner.configure(3, 1e12, 10**12, 1)
+    with pytest.raises(KeyError):
+        scanner.scan(_flow())
     scanner = _scanner({"a": "not an AgentDns"})
     with pytest.raises(TypeError):
         scanner.scan(_flow())
