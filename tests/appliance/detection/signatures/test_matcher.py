@@ -1,4 +1,4 @@
-"""The DNS scan (matcher._dns_scan, its loop in C: native dpi.dns_first_hits) against the reference with memos
+"""The DNS scan (matcher.DnsScan, its loop in C: native dpi.dns_first_hits) against the reference with memos
 small enough to overflow on every few names, its bounds, the wanted-rules matcher it calls, and the C loop
 fed what it must refuse."""
 
@@ -21,9 +21,9 @@ MESSAGE_FIELDS = [name for name in FIELDS if name.startswith("dns.")]
 
 
 def _memos(scan: Any) -> dict[str, Any]:
-    """The scan's memos, read from its closure (what the bounds are about)."""
-    cells = dict(zip(scan.__code__.co_freevars, scan.__closure__))
-    return {name: cells[name].cell_contents for name in ("type_memo", "code_memo", "name_memo")}
+    """The scan's memos, read from its states (what the bounds are about)."""
+    return {f"{name}{j}": state[k] for j, state in enumerate(scan.states)
+            for name, k in (("type_memo", 1), ("code_memo", 2), ("name_memo", 4))}
 
 
 def dns_flow(rng: random.Random, n: int) -> FlowRecord:
@@ -63,6 +63,28 @@ def test_the_dns_scan_finds_what_the_reference_finds_with_memos_overflowing(tmp_
     assert hits > 300  # the comparison is not vacuous
 
 
+def test_more_dns_rules_than_one_c_state_holds_find_what_the_reference_finds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """150 rules reading message fields: three states of the C loop (64 rules each, their masks 64-bit), hits
+    reported by rule index across them; memos small enough to overflow."""
+    monkeypatch.setattr(matcher, "ITEM_MEMO_ENTRIES", 3)
+    rng = random.Random(64)
+    flows = [dns_flow(rng, n) for n in range(150)]
+    engine, reference = engines(tmp_path, facts=GivenFacts())
+    rules = []
+    while len(rules) < 150:
+        rule = random_rule(rng, f"many-{len(rules)}", "dns")
+        if all(c.field in MESSAGE_FIELDS for c in rule.conditions):
+            rules.append(rule)
+    engine.ruleset = reference.ruleset = RuleSet.of(rules)
+    assert len(engine.ruleset.by_protocol["dns"].scan.states) == 3  # type: ignore[attr-defined]
+    found = set()
+    for flow in flows:
+        fast, slow = shown(engine.analyze(flow)), shown(reference.analyze(flow))
+        assert fast == slow, flow.flow_id
+        found |= {int(d[6]["rule"].rsplit("-", 1)[1]) for d in fast}
+    assert min(found) < 64 and max(found) >= 128  # rules of the first and the last state matched
+
+
 def test_the_wanted_rules_matcher_answers_as_the_plain_one_masked():
     """compile_lazy(wanted=True): (flow, item, wanted) -> the plain matcher's hits among the wanted rules, for
     any wanted mask, with fields shared between rules (the first read of a field may be skipped now)."""
@@ -82,29 +104,45 @@ def _no_miss(*args: Any) -> int:
     raise AssertionError("a memo read missed")
 
 
+def _state(type_memo: Any, code_memo: Any, query_alive: Any, name_memo: Any, miss: Any, match: Any, entries: Any = 8,
+           offset: int = 0) -> tuple[Any, ...]:
+    return offset, type_memo, code_memo, query_alive, name_memo, miss, match, entries
+
+
 def test_the_c_loop_refuses_what_it_was_not_built_for_and_passes_errors_on():
     message = DnsMessage(1, True, 3, "example.com", 1, 1)
     flow = FlowRecord("f", "a", 17, Transport.UDP, 1, 2, 3, 53, 0, 1)
     good = ({1: 0b11}, {3: 0b01}, 0b10, {"example.com": (0b11, 0b01)})
-    assert dns_first_hits(flow, [message, message], *good, _no_miss, lambda *a: 0, 8) == [(0b01, message)]
+    out: list[Any] = []
+    assert dns_first_hits(out, 7, flow, [message, message], _state(*good, _no_miss, lambda *a: 0)) is None
+    assert out == [(7, 0, message)]
+    assert dns_first_hits(out, 7, flow, [message], _state(*good, _no_miss, _no_miss, offset=64)) is None
+    assert out[1:] == [(7, 64, message)]  # a later state's rules come `offset` after
     with pytest.raises(TypeError):
-        dns_first_hits(flow, (message,), *good, _no_miss, _no_miss, 8)  # not a list
+        dns_first_hits(out, 0, flow, (message,), _state(*good, _no_miss, _no_miss))  # not a list
     with pytest.raises(TypeError):
-        dns_first_hits(flow, [message], *good, _no_miss, _no_miss)  # an argument short
+        dns_first_hits(out, 0, flow, [message])  # an argument short
     with pytest.raises(TypeError):
-        dns_first_hits(flow, [message], *good[:3], {"example.com": 5}, _no_miss, _no_miss, 8)  # a bad entry
+        dns_first_hits(out, 0, flow, [message], _state(*good, _no_miss, _no_miss)[:7])  # a state item short
     with pytest.raises(TypeError):
-        dns_first_hits(flow, [message], [], *good[1:], _no_miss, _no_miss, 8)  # a memo that is no dict
+        dns_first_hits(out, 0, flow, [message], _state(*good[:3], {"example.com": 5}, _no_miss, _no_miss))  # a bad entry
+    with pytest.raises(TypeError):
+        dns_first_hits(out, 0, flow, [message], _state([], *good[1:], _no_miss, _no_miss))  # a memo that is no dict
+    with pytest.raises(OverflowError):
+        dns_first_hits(out, 0, flow, [message], _state({1: 1 << 64}, *good[1:], _no_miss, _no_miss))  # past 64 rules
+    with pytest.raises(OverflowError):
+        dns_first_hits(out, 0, flow, [message], _state({1: -1}, *good[1:], _no_miss, _no_miss))  # no mask
     with pytest.raises(AttributeError):
-        dns_first_hits(flow, [object()], *good, _no_miss, _no_miss, 8)
+        dns_first_hits(out, 0, flow, [object()], _state(*good, _no_miss, _no_miss))
+    assert len(out) == 2  # nothing appended by a failed call
 
     def failing(*args: Any) -> int:
         raise RuntimeError("from the miss")
 
     with pytest.raises(RuntimeError):
-        dns_first_hits(flow, [message], {}, *good[1:], failing, _no_miss, 8)
+        dns_first_hits(out, 0, flow, [message], _state({}, *good[1:], failing, _no_miss))
     with pytest.raises(RuntimeError):
-        dns_first_hits(flow, [message], *good[:3], {}, _no_miss, failing, 8)
+        dns_first_hits(out, 0, flow, [message], _state(*good[:3], {}, _no_miss, failing))
 
 
 def test_the_c_loop_survives_a_miss_that_empties_the_list_and_the_memos():
@@ -124,8 +162,9 @@ def test_the_c_loop_survives_a_miss_that_empties_the_list_and_the_memos():
             name_memo.clear()
         return 0
 
-    assert dns_first_hits(flow, messages, type_memo, {}, 0b11, name_memo, _no_miss, match, 3) is None
-    assert calls == [0, 1] and messages == [] and list(name_memo) == ["n1.example"]
+    out: list[Any] = []
+    assert dns_first_hits(out, 0, flow, messages, _state(type_memo, {}, 0b11, name_memo, _no_miss, match, 3)) is None
+    assert out == [] and calls == [0, 1] and messages == [] and list(name_memo) == ["n1.example"]
 
 
 def test_the_inline_regex_prefilters_never_change_a_matchers_answer():
