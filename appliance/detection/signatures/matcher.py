@@ -15,6 +15,7 @@ native/signature_scan.h).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from appliance.detection.detections import transport_name
@@ -205,9 +206,8 @@ def matcher_source(rules: tuple[Rule, ...], wanted: bool = False, tag: str = "")
         if wanted:  # only the rules asked for: (flow, item, wanted mask) -> the hits among them
             checks.insert(0, f"wanted & {1 << index}")
         lines += [f"if {' and '.join(checks)}:", f"    hits |= {1 << index}"]
-        first = fields.index(rule.conditions[0].field)
-        if not wanted:
-            known.add(first)  # a rule's first condition is always evaluated (unless the rule is not asked for)
+        if not wanted:  # a rule's first condition is always evaluated (unless the rule is not asked for)
+            known.add(fields.index(rule.conditions[0].field))
         touched |= read
     if checked:
         lines.insert(0, f"{' = '.join(f'v{i}' for i in sorted(checked))} = UNSET")
@@ -347,7 +347,10 @@ def compile_flows(plans: dict[tuple[Transport, bool], tuple[Any, Sequence[tuple[
             namespace[f"X{p}"] = transport
             lines.append(f"        if transport == X{p}:")
         namespace[f"P{p}"], steps = plans[transport, has_dns]
-        lines += ["            if flow.dns:" if has_dns else "            if not flow.dns:", "                out = []"]
+        # The plan with DNS returns: after it, the flow has none (one read of flow.dns for a TLS flow, not two).
+        after_dns = p > 0 and kinds[p - 1] == (transport, True)
+        lines += ["            if flow.dns:" if has_dns else "            if True:" if after_dns else "            if not flow.dns:",
+                  "                out = []"]
         lines += [f"                {line}" for line in _plan_source(p, steps, namespace)]
         lines.append(f"                return detect(flow, P{p}, out) if out else out")
     lines += ["        return []", "    return analyze"]
@@ -390,7 +393,10 @@ def _dns_state(rules: tuple[Rule, ...], offset: int, entries: int) -> tuple[Any,
     """One scan state of the C loop (native dpi.dns_first_hits, signature_scan.h) for at most DNS_STATE_RULES
     rules, the protocol's rules from `offset` on: (offset, type_memo, code_memo, query_alive, name_memo, miss,
     match, entries), with the memos empty."""
-    match = compile_lazy(rules, wanted=True)
+    # The rules' name conditions only (a rule without one holds for every name): an entry says which rules' name
+    # conditions hold, whatever the type and code of the message that asked.
+    match = compile_lazy(tuple(replace(rule, conditions=tuple(c for c in rule.conditions if _DNS_PARTS[c.field] == "qname"))
+                               for rule in rules), wanted=True)
     type_tests, code_tests = (_part_tests(rules, part) for part in ("qtype", "rcode"))
     qtype_of, rcode_of = GETTERS["dns.qtype"], GETTERS["dns.rcode"]
 
@@ -431,8 +437,6 @@ def _dns_state(rules: tuple[Rule, ...], offset: int, entries: int) -> tuple[Any,
         qname = m.qname
         evaluated, holds = name_memo.get(qname, (0, 0))
         wanted = alive & ~evaluated
-        # The matcher tests the wanted rules' every condition: their type and code ones hold (they are alive),
-        # so what it finds is which of them the name satisfies.
         holds |= match(flow, m, wanted)
         if len(name_memo) >= entries:
             name_memo.clear()
