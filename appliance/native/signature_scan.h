@@ -11,14 +11,17 @@
  * message. When only the name read does (no entry, or one that lacks some alive rule), the rules missing are
  * evaluated by the generated matcher of the rules' name conditions, `match(flow, m, wanted)` -> the wanted rules
  * whose name conditions hold, and the entry grows (the memo emptied first when it holds `entries` names), as
- * matcher.py's name_miss does. A message
+ * matcher.py's name_miss does. The matcher is not asked for a rule that one of the state's prefilters rules out
+ * (a regex's required literal absent from an ASCII name, or the run an anchored regex opens with, a name length
+ * condition failing): most new names fail
+ * every alive rule that way, and a call of the generated matcher costs ~0.5 us. A message
  * whose name is the previous message's (an answer after its query) takes that message's entry without a
  * second read. Every table is a Python dict, so names (attacker-chosen) are hashed with the keyed SipHash of
  * str; no C hash table. The masks are Python ints in the tables and C integers here: one scan state covers at
  * most SIGSCAN_RULES rules (DnsScan gives a larger protocol one state per 64 rules, `offset` apart).
  *
  * dns_first_hits(out: list, step, flow, messages: list, state) -> None
- *     state = (offset, type_memo, code_memo, query_alive, name_memo, miss, match, entries)
+ *     state = (offset, type_memo, code_memo, query_alive, name_memo, miss, match, entries, prefilters)
  *     appends (step, offset + i, message) to `out` for each rule i some message matched, ascending by i, with
  *     the first message that matched it.
  */
@@ -29,7 +32,99 @@ typedef struct {
     PyObject *type_memo, *code_memo, *name_memo, *miss, *match;
     uint64_t query_alive;
     Py_ssize_t entries;
+    PyObject *prefilters;  /* tuple of (rule, op, value): see sigscan_fails */
 } sigscan_state;
+
+#define SIGSCAN_LITERAL 0  /* value: bytes, lower case ASCII; fails when an ASCII name's lower case lacks it */
+#define SIGSCAN_LONGER 1   /* value: int; fails when the name has no more characters than that */
+#define SIGSCAN_SHORTER 2  /* value: int; fails when the name has no fewer characters than that */
+#define SIGSCAN_RUN 3       /* value: (bytes, n): fails when an ASCII name does not open with n of those (lower case) */
+#define SIGSCAN_NAME_MAX 255  /* names longer than a DNS name can be are never prefiltered here */
+
+/* Whether needle (lower case) occurs in the first n bytes of hay. */
+static int sigscan_contains(const char *hay, Py_ssize_t n, const char *needle, Py_ssize_t k)
+{
+    for (Py_ssize_t i = 0; i + k <= n; i++) {
+        if (memcmp(hay + i, needle, (size_t)k) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The rules among `wanted` whose name conditions certainly fail for qname, from the state's prefilters: each a
+ * necessary condition of one of the rule's name conditions (matcher.py _name_prefilters), so a rule they rule out
+ * needs no call of the matcher; -1 with an exception. */
+static int sigscan_fails(PyObject *prefilters, PyObject *qname, uint64_t wanted, uint64_t *failing)
+{
+    *failing = 0;
+    if (!PyTuple_CheckExact(prefilters)) {
+        PyErr_SetString(PyExc_TypeError, "dns_first_hits: prefilters must be a tuple");
+        return -1;
+    }
+    if (PyTuple_GET_SIZE(prefilters) == 0 || !PyUnicode_CheckExact(qname))
+        return 0;
+    Py_ssize_t length = PyUnicode_GET_LENGTH(qname);
+    char lower[SIGSCAN_NAME_MAX];
+    int ascii = PyUnicode_IS_ASCII(qname) && length <= SIGSCAN_NAME_MAX;
+    if (ascii) {
+        const Py_UCS1 *text = PyUnicode_1BYTE_DATA(qname);
+        for (Py_ssize_t i = 0; i < length; i++)
+            lower[i] = (char)(text[i] >= 'A' && text[i] <= 'Z' ? text[i] + 32 : text[i]);
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(prefilters); i++) {
+        PyObject *check = PyTuple_GET_ITEM(prefilters, i);
+        if (!PyTuple_CheckExact(check) || PyTuple_GET_SIZE(check) != 3) {
+            PyErr_SetString(PyExc_TypeError, "dns_first_hits: a prefilter is (rule, op, value)");
+            return -1;
+        }
+        long rule = PyLong_AsLong(PyTuple_GET_ITEM(check, 0)), op = PyLong_AsLong(PyTuple_GET_ITEM(check, 1));
+        if (PyErr_Occurred())
+            return -1;
+        if (rule < 0 || rule >= SIGSCAN_RULES) {
+            PyErr_SetString(PyExc_ValueError, "dns_first_hits: a prefilter's rule is out of range");
+            return -1;
+        }
+        uint64_t bit = (uint64_t)1 << rule;
+        if (!(wanted & bit) || (*failing & bit))
+            continue;
+        PyObject *value = PyTuple_GET_ITEM(check, 2);
+        int fails = 0;
+        if (op == SIGSCAN_LITERAL) {
+            if (!PyBytes_CheckExact(value)) {
+                PyErr_SetString(PyExc_TypeError, "dns_first_hits: a literal prefilter's value is bytes");
+                return -1;
+            }
+            fails = ascii && !sigscan_contains(lower, length, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
+        }
+        else if (op == SIGSCAN_LONGER || op == SIGSCAN_SHORTER) {
+            Py_ssize_t bound = PyLong_AsSsize_t(value);
+            if (bound == -1 && PyErr_Occurred())
+                return -1;
+            fails = op == SIGSCAN_LONGER ? length <= bound : length >= bound;
+        }
+        else if (op == SIGSCAN_RUN) {
+            PyObject *chars = PyTuple_CheckExact(value) && PyTuple_GET_SIZE(value) == 2 ? PyTuple_GET_ITEM(value, 0) : NULL;
+            Py_ssize_t n = chars != NULL ? PyLong_AsSsize_t(PyTuple_GET_ITEM(value, 1)) : -1;
+            if (chars == NULL || !PyBytes_CheckExact(chars) || n < 1) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "dns_first_hits: a run prefilter's value is (bytes, n >= 1)");
+                return -1;
+            }
+            if (ascii) {
+                fails = length < n;
+                for (Py_ssize_t j = 0; !fails && j < n; j++)
+                    fails = memchr(PyBytes_AS_STRING(chars), lower[j], (size_t)PyBytes_GET_SIZE(chars)) == NULL;
+            }
+        }
+        else {
+            PyErr_SetString(PyExc_ValueError, "dns_first_hits: unknown prefilter op");
+            return -1;
+        }
+        if (fails)
+            *failing |= bit;
+    }
+    return 0;
+}
 
 /* The message attributes, read where their slots are (dnsw_get, dns_windows.h); names interned at first use. */
 static dnsw_attr sigscan_qname = {NULL, NULL, -1}, sigscan_qtype = {NULL, NULL, -1}, sigscan_rcode = {NULL, NULL, -1},
@@ -91,8 +186,10 @@ static int sigscan_call(PyObject *callback, PyObject *flow, PyObject *m, uint64_
 static int sigscan_name_miss(const sigscan_state *s, PyObject *flow, PyObject *m, PyObject *qname, uint64_t alive,
                              uint64_t *evaluated, uint64_t *holds)
 {
-    uint64_t wanted = alive & ~*evaluated, found;
-    if (sigscan_call(s->match, flow, m, wanted, &found) < 0)
+    uint64_t wanted = alive & ~*evaluated, failing, found = 0;
+    if (sigscan_fails(s->prefilters, qname, wanted, &failing) < 0)
+        return -1;
+    if ((wanted & ~failing) != 0 && sigscan_call(s->match, flow, m, wanted & ~failing, &found) < 0)
         return -1;
     *evaluated |= wanted;
     *holds |= found;
@@ -127,13 +224,13 @@ static PyObject *dns_first_hits(PyObject *module, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_TypeError, "dns_first_hits: out and messages must be lists");
         return NULL;
     }
-    if (!PyTuple_CheckExact(state) || PyTuple_GET_SIZE(state) != 8) {
+    if (!PyTuple_CheckExact(state) || PyTuple_GET_SIZE(state) != 9) {
         PyErr_SetString(PyExc_TypeError, "dns_first_hits: the state is (offset, type_memo, code_memo, query_alive, "
-                                         "name_memo, miss, match, entries)");
+                                         "name_memo, miss, match, entries, prefilters)");
         return NULL;
     }
     sigscan_state s = {PyTuple_GET_ITEM(state, 1), PyTuple_GET_ITEM(state, 2), PyTuple_GET_ITEM(state, 4),
-                       PyTuple_GET_ITEM(state, 5), PyTuple_GET_ITEM(state, 6), 0, 0};
+                       PyTuple_GET_ITEM(state, 5), PyTuple_GET_ITEM(state, 6), 0, 0, PyTuple_GET_ITEM(state, 8)};
     Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(state, 0));
     if (offset == -1 && PyErr_Occurred())
         return NULL;

@@ -392,7 +392,7 @@ def _part_tests(rules: tuple[Rule, ...], part: str) -> tuple[tuple[Callable[[Any
 def _dns_state(rules: tuple[Rule, ...], offset: int, entries: int) -> tuple[Any, ...]:
     """One scan state of the C loop (native dpi.dns_first_hits, signature_scan.h) for at most DNS_STATE_RULES
     rules, the protocol's rules from `offset` on: (offset, type_memo, code_memo, query_alive, name_memo, miss,
-    match, entries), with the memos empty."""
+    match, entries, prefilters), with the memos empty."""
     # The rules' name conditions only (a rule without one holds for every name): an entry says which rules' name
     # conditions hold, whatever the type and code of the message that asked.
     match = compile_lazy(tuple(replace(rule, conditions=tuple(c for c in rule.conditions if _DNS_PARTS[c.field] == "qname"))
@@ -443,7 +443,32 @@ def _dns_state(rules: tuple[Rule, ...], offset: int, entries: int) -> tuple[Any,
         name_memo[qname] = (evaluated | wanted, holds)
         return holds & alive
 
-    return offset, type_memo, code_memo, query_alive, name_memo, type_code_miss, match, entries
+    return offset, type_memo, code_memo, query_alive, name_memo, type_code_miss, match, entries, _name_prefilters(rules)
+
+
+# The C loop's prefilter ops (signature_scan.h sigscan_fails): a regex's required literal, a name length bound.
+_LITERAL, _LONGER, _SHORTER, _RUN = 0, 1, 2, 3
+_LENGTH_OPS = {"gt": _LONGER, "lt": _SHORTER}
+
+
+def _name_prefilters(rules: tuple[Rule, ...]) -> tuple[tuple[int, int, Any], ...]:
+    """(rule index, op, value) per name condition the C loop can rule a rule out with before calling the matcher:
+    a regex's required literal and leading run (operators.required_literal, leading_run: absent from an ASCII name,
+    the regex cannot match, as the operator's own prefilters say) and a `gt`/`lt` on the name's length (the
+    condition itself)."""
+    checks: list[tuple[int, int, Any]] = []
+    for i, rule in enumerate(rules):
+        for c in rule.conditions:
+            if c.field == "dns.qname" and c.op == "regex":
+                literal, run = required_literal(c.value), leading_run(c.value)
+                if literal:
+                    checks.append((i, _LITERAL, literal.encode("ascii")))
+                if run is not None:
+                    checks.append((i, _RUN, (run[0].encode("ascii"), run[1])))
+            elif (c.field == "dns.qname_length" and c.op in _LENGTH_OPS and type(c.value) is int
+                  and -(1 << 62) < c.value < 1 << 62):
+                checks.append((i, _LENGTH_OPS[c.op], c.value))
+    return tuple(checks)
 
 
 DNS_STATE_RULES = 64  # rules per state of the C loop: its masks are 64-bit integers

@@ -29,8 +29,11 @@ def _memos(scan: Any) -> dict[str, Any]:
 
 def dns_flow(rng: random.Random, n: int) -> FlowRecord:
     """A UDP flow of DNS messages over a few names, so names repeat within and across flows."""
-    names = [f"{rng.choice(['www', 'dnscat', 'a' * 30, 'xkcdqwrtzplm', '10'])}.{rng.choice(['example.com', 'net', 'ru', 'xyz'])}"
-             for _ in range(6)] + [""]
+    # Upper case, letters RE2 folds onto ASCII ones (the Kelvin sign onto k, the long s onto s), names at the
+    # length bounds and past the 255 characters the C prefilters read: what the loop's prefilters must get right.
+    labels = ['www', 'dnscat', 'DNSCAT', 'dn\u017fcat', 'a' * 30, 'xkcdqwrtzplm', 'XKCDQWRTZPLM', '\u212axcdqwrtzplm', '10',
+              'b' * 88, 'dnscat' + 'c' * 300]
+    names = [f"{rng.choice(labels)}.{rng.choice(['example.com', 'net', 'ru', 'xyz'])}" for _ in range(6)] + [""]
     flow = FlowRecord(f"dns{n}", "agent-a", 17, Transport.UDP, 0x0A000001, 40000, 0x08080808, 53, n * 10**12, n * 10**12 + 5)
     flow.dns = [DnsMessage(rng.randint(0, 65535), rng.random() < 0.5, rng.choice([*RCODES, 9]), rng.choice(names),
                            rng.choice([*QTYPES, 99]), 1) for _ in range(rng.randint(1, 12))]
@@ -91,8 +94,8 @@ def _no_miss(*args: Any) -> int:
 
 
 def _state(type_memo: Any, code_memo: Any, query_alive: Any, name_memo: Any, miss: Any, match: Any, entries: Any = 8,
-           offset: int = 0) -> tuple[Any, ...]:
-    return offset, type_memo, code_memo, query_alive, name_memo, miss, match, entries
+           offset: int = 0, prefilters: Any = ()) -> tuple[Any, ...]:
+    return offset, type_memo, code_memo, query_alive, name_memo, miss, match, entries, prefilters
 
 
 def test_the_c_loop_refuses_what_it_was_not_built_for_and_passes_errors_on():
@@ -109,7 +112,7 @@ def test_the_c_loop_refuses_what_it_was_not_built_for_and_passes_errors_on():
     with pytest.raises(TypeError):
         dns_first_hits(out, 0, flow, [message])  # an argument short
     with pytest.raises(TypeError):
-        dns_first_hits(out, 0, flow, [message], _state(*good, _no_miss, _no_miss)[:7])  # a state item short
+        dns_first_hits(out, 0, flow, [message], _state(*good, _no_miss, _no_miss)[:8])  # a state item short
     with pytest.raises(TypeError):
         dns_first_hits(out, 0, flow, [message], _state(*good[:3], {"example.com": 5}, _no_miss, _no_miss))  # a bad entry
     with pytest.raises(TypeError):
@@ -151,3 +154,34 @@ def test_the_c_loop_survives_a_miss_that_empties_the_list_and_the_memos():
     out: list[Any] = []
     assert dns_first_hits(out, 0, flow, messages, _state(type_memo, {}, 0b11, name_memo, _no_miss, match, 3)) is None
     assert out == [] and calls == [0, 1] and messages == [] and list(name_memo) == ["n1.example"]
+
+
+def test_the_loops_prefilters_rule_out_only_rules_that_cannot_hold(tmp_path: Path):
+    """The C loop's prefilters (a regex's required literal and leading run, a name length bound) on names at
+    their edges: exactly as long as the run or the bound, one shorter or longer, upper case, letters RE2 folds
+    onto ASCII ones, digits where letters are wanted; each rule alone and together, against the reference."""
+    from appliance.detection.signatures.rules import parse_rule
+
+    names = ["abc", "ab", "abcd", "ABC", "a1c", "\u212abc", "\u017fbc", "dnscat", "DNSCAT", "xdnscaty", "dnsca",
+             "x" * 12, "x" * 11, "x" * 13, "1", "12", "a", "abcdefghijkl.com", "ABCDEFGHIJKL.NET", "a" * 256 + "dnscat"]
+    conditions = [("dns.qname", "regex", "^[a-z]{3}"), ("dns.qname", "regex", "^\\d"), ("dns.qname", "regex", "dnscat"),
+                  ("dns.qname", "regex", "^[a-z]{12,}\\.(com|net)$"), ("dns.qname_length", "gt", 3),
+                  ("dns.qname_length", "lt", 3), ("dns.qname_length", "gt", 12), ("dns.qname_length", "lt", 13)]
+    rules = []
+    for n, (field, op, value) in enumerate(conditions):
+        rule, problems = parse_rule({"id": f"SIG-EDGE-{n}", "title": "t", "description": "d", "protocol": "dns",
+                                     "category": "DnsTunneling", "severity": "Low", "confidence": 0.5,
+                                     "conditions": [{"field": field, "op": op, "value": value}]}, "p.yaml")
+        assert rule is not None, problems
+        rules.append(rule)
+    engine, reference = engines(tmp_path, facts=GivenFacts())
+    hits = 0
+    for chosen in [[rule] for rule in rules] + [rules]:
+        engine.ruleset = reference.ruleset = RuleSet.of(chosen)
+        for n, name in enumerate(names):
+            flow = FlowRecord(f"edge{n}", "agent-a", 17, Transport.UDP, 1, 40000, 2, 53, n * 10**12, n * 10**12 + 5)
+            flow.dns = [DnsMessage(1, False, 0, name, 1, 1), DnsMessage(1, True, 0, name, 1, 1)]
+            fast, slow = shown(engine.analyze(flow)), shown(reference.analyze(flow))
+            assert fast == slow, (name, [c.value for r in chosen for c in r.conditions])
+            hits += len(fast)
+    assert hits > 40
