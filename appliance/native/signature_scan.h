@@ -248,7 +248,7 @@ static PyObject *dns_first_hits(PyObject *module, PyObject *const *args, Py_ssiz
         if (attrs[i]->name == NULL && (attrs[i]->name = PyUnicode_InternFromString(texts[i])) == NULL)
             return NULL;
     }
-    PyObject *first[SIGSCAN_RULES] = {NULL};  /* per rule: the first message that matched it (held) */
+    PyObject *first[SIGSCAN_RULES];  /* per rule of `reported` (set with its bit): the first message that matched it (held) */
     uint64_t reported = 0;
     PyObject *prev_name = NULL;  /* held: the name whose entry prev_evaluated, prev_holds are */
     uint64_t prev_evaluated = 0, prev_holds = 0;
@@ -338,9 +338,8 @@ static PyObject *dns_first_hits(PyObject *module, PyObject *const *args, Py_ssiz
         Py_DECREF(m);
     }
     Py_XDECREF(prev_name);
-    for (int bit = 0; bit < SIGSCAN_RULES; bit++) {
-        if (first[bit] == NULL)
-            continue;
+    for (uint64_t left = reported; left != 0; left &= left - 1) {  /* ascending by rule */
+        int bit = __builtin_ctzll(left);
         if (!failed) {
             PyObject *hit = Py_BuildValue("(OnO)", step, offset + bit, first[bit]);
             if (hit == NULL || PyList_Append(out, hit) < 0)
