@@ -893,8 +893,9 @@ static PyMethodDef dpi_functions[] = {
      "label_features(label, logp, floor, unseen) -> (mean trigram log-likelihood, letters, digits, consonants, "
      "longest consonant run): NameScorer.features' per-character work."},
     {"dns_first_hits", (PyCFunction)(void (*)(void))dns_first_hits, METH_FASTCALL,
-     "dns_first_hits(flow, messages, type_memo, code_memo, query_alive, name_memo, miss, match, entries) -> None | [(new hits, "
-     "message), ...]: the signature layer's DNS scan loop (signature_scan.h)."},
+     "dns_first_hits(out, step, flow, messages, (offset, type_memo, code_memo, query_alive, name_memo, miss, match, entries, "
+     "prefilters)) "
+     "-> None, (step, rule, first message) appended to out: the signature layer's DNS scan loop (signature_scan.h)."},
     {"shannon_entropy", shannon_entropy, METH_O,
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},
     {NULL, NULL, 0, NULL},

@@ -8,12 +8,14 @@ certificate's, the URI, the process name) are never computed at all, and the pay
 flows a TLS or HTTP rule could match. Records (field -> value dicts) are built only for the hits, as
 their evidence. The matching this replaced stays in tests/appliance/detection/signatures/reference.py,
 the reference the tests hold this to. A kind of flow's protocols are scanned by one generated plan
-function (compile_plan); the DNS messages' loop runs in C (_dns_scan, native/signature_scan.h).
+function, all of a rule set's in one (compile_flows); the DNS messages' loop runs in C (DnsScan,
+native/signature_scan.h).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from appliance.detection.detections import transport_name
@@ -21,7 +23,7 @@ from appliance.detection.facts import FlowFacts
 from appliance.detection.signatures.fields import FIELDS, PROTOCOLS, QTYPES, RCODES
 from appliance.detection.signatures.operators import OPERATORS, leading_run, required_literal
 from appliance.detection.signatures.rules import Rule
-from appliance.model import FlowRecord
+from appliance.model import FlowRecord, Transport
 from appliance.native.dpi import dns_first_hits
 
 _QTYPE_TEXT = {code: name.lower() for code, name in QTYPES.items()}  # what rules compare: lower case
@@ -204,9 +206,8 @@ def matcher_source(rules: tuple[Rule, ...], wanted: bool = False, tag: str = "")
         if wanted:  # only the rules asked for: (flow, item, wanted mask) -> the hits among them
             checks.insert(0, f"wanted & {1 << index}")
         lines += [f"if {' and '.join(checks)}:", f"    hits |= {1 << index}"]
-        first = fields.index(rule.conditions[0].field)
-        if not wanted:
-            known.add(first)  # a rule's first condition is always evaluated (unless the rule is not asked for)
+        if not wanted:  # a rule's first condition is always evaluated (unless the rule is not asked for)
+            known.add(fields.index(rule.conditions[0].field))
         touched |= read
     if checked:
         lines.insert(0, f"{' = '.join(f'v{i}' for i in sorted(checked))} = UNSET")
@@ -267,53 +268,95 @@ def compile_scan(protocol: str, rules: tuple[Rule, ...], match: ItemMatcher | No
         def scan(flow: FlowRecord, facts: FlowFacts) -> Sequence[tuple[int, Any]]:
             return _first_hits(flow, [m for m in flow.dns if m.qname], match)
     else:
-        scan = _dns_scan(rules, ITEM_MEMO_ENTRIES)  # read at each compile: tests patch a small bound in
+        scan = DnsScan(rules, ITEM_MEMO_ENTRIES)  # read at each compile: tests patch a small bound in
     return scan
 
 
-# A flow's hits over one plan (the protocols a kind of flow is matched against, in order): (flow, the FlowFacts
-# cache) -> [(step, rule index, item)], by step then rule index; an empty list when nothing matched.
-PlanScan = Callable[[FlowRecord, FlowFacts], list[tuple[int, int, Any]]]
+# A kind of flow's hits over its plan (the protocols it is matched against, in order): [(step, rule index, item)],
+# by step then rule index. A rule set's analysis of a flow: bound once per engine to its payload facts cache and
+# to what makes detections of the hits, (flow) -> the detections (a new list per call).
+FlowAnalysis = Callable[[FlowRecord], list[Any]]
+Detect = Callable[[FlowRecord, Any, list[tuple[int, int, Any]]], list[Any]]
+FlowBinder = Callable[[Any, Detect], FlowAnalysis]
 
-# Per protocol, its step of a plan's scan as source: the matcher's body inline ({body}, matcher_source) on the
-# flow (tcp, udp) or on the payload facts (tls; fetched once per flow, at the first step that reads them), the
-# matcher M[k] run on each HTTP request, or the protocol's scan S[k] called (icmp, dns).
+# Per protocol, its step of a plan as source: the matcher's body inline ({body}, matcher_source) on the flow (tcp,
+# udp) or on the payload facts (tls; fetched once per flow, at the first step that reads them), the matcher M{s}
+# run on each HTTP request, the C loop over the DNS messages per scan state (DnsScan: {dns}), or the protocol's
+# scan S{s} called (icmp, and dns rules that read the flow's fields).
 _PLAN_STEPS = {
     "tcp": ["item = None", "hits = 0", "{body}", "if hits:", "    out += [({k}, i, None) for i in rule_indexes(hits)]"],
     "tls": ["if found.tls is not None and found.client_hello is not None:", "    item = found", "    hits = 0", "    {body}",
             "    if hits:", "        out += [({k}, i, found) for i in rule_indexes(hits)]"],
-    "http": ["if found.http_requests:", "    out += [({k}, i, item) for i, item in first_hits(flow, found.http_requests, M[{k}])]"],
-    "scan": ["hits = S[{k}](flow, facts)", "if hits:", "    out += [({k}, i, item) for i, item in hits]"],
+    "http": ["if found.http_requests:", "    out += [({k}, i, item) for i, item in first_hits(flow, found.http_requests, M{s})]"],
+    "dns": ["{dns}"],
+    "scan": ["hits = S{s}(flow, facts)", "if hits:", "    out += [({k}, i, item) for i, item in hits]"],
 }
 _PLAN_STEPS["udp"] = _PLAN_STEPS["tcp"]
 _READS_FACTS = frozenset({"tls", "http"})
+# The transports most flows have first: each costs a comparison for the kinds after it.
+_TRANSPORT_ORDER = (Transport.TCP, Transport.UDP, Transport.ICMP, Transport.OTHER)
+assert set(_TRANSPORT_ORDER) == set(Transport), "every transport needs its place"
 
 
-def compile_plan(steps: Sequence[tuple[str, tuple[Rule, ...], ItemMatcher, Scan]]) -> PlanScan:
-    """One function for a plan's steps, (protocol, rules, matcher, scan) each, built once per load: what the
-    scans one after the other would find, without a call per step, a matcher call for the flow's own
-    record and its ClientHello (their matchers' bodies are written inline, with their own tables), or a
-    second read of the facts cache (a TCP flow is matched against tcp, tls and http rules). The source holds
-    only the table above, step numbers and matcher_source's bodies."""
-    lines = ["def plan(flow, facts):", "    out = []"]
-    namespace: dict[str, Any] = {**_SOURCE_NAMES, "UNSET": _UNSET, "M": tuple(m for _, _, m, _ in steps),
-                                 "S": tuple(s for _, _, _, s in steps), "rule_indexes": rule_indexes, "first_hits": _first_hits}
+def _plan_source(plan: int, steps: Sequence[tuple[str, tuple[Rule, ...], ItemMatcher, Scan]],
+                 namespace: dict[str, Any]) -> list[str]:
+    """One plan's steps, (protocol, rules, matcher, scan) each, as lines that add its hits to `out`; the tables
+    they name go into `namespace`, tagged with the plan's and the step's numbers."""
+    lines: list[str] = []
     fetched = False
-    for k, (protocol, rules, _, _) in enumerate(steps):
+    for k, (protocol, rules, match, scan) in enumerate(steps):
+        s = f"_{plan}_{k}"
+        namespace[f"M{s}"], namespace[f"S{s}"] = match, scan
         if protocol in _READS_FACTS and not fetched:
-            lines.append("    found = facts.facts(flow)")
+            lines.append("found = facts_of(flow)")
             fetched = True
-        for line in _PLAN_STEPS.get(protocol, _PLAN_STEPS["scan"]):
+        kind = protocol if protocol != "dns" or isinstance(scan, DnsScan) else "scan"
+        for line in _PLAN_STEPS.get(kind, _PLAN_STEPS["scan"]):
+            indent = line[:len(line) - len(line.lstrip())]
             if line.strip() == "{body}":
-                body, tables = matcher_source(rules, tag=f"_{k}")
+                body, tables = matcher_source(rules, tag=s)
                 namespace.update(tables)
-                indent = line[:len(line) - len(line.lstrip())]
-                lines += [f"    {indent}{source}" for source in body]
+                lines += [f"{indent}{source}" for source in body]
+            elif line.strip() == "{dns}":
+                for j, state in enumerate(scan.states):  # type: ignore[attr-defined]
+                    namespace[f"D{s}_{j}"] = state
+                    lines.append(f"dns_first_hits(out, {k}, flow, flow.dns, D{s}_{j})")
             else:
-                lines.append("    " + line.format(k=k))
-    lines.append("    return out")
-    exec(compile("\n".join(lines), "<signature plan>", "exec"), namespace)  # noqa: S102 - tables only, see above
-    return namespace["plan"]  # type: ignore[no-any-return]
+                lines.append(line.format(k=k, s=s))
+    return lines
+
+
+def compile_flows(plans: dict[tuple[Transport, bool], tuple[Any, Sequence[tuple[str, tuple[Rule, ...], ItemMatcher, Scan]]]]) -> FlowBinder:
+    """One function for a rule set's plans, built once per load: per kind of flow (transport, has DNS), its plan
+    (a value handed back to `detect` with the hits) and its steps, (protocol, rules, matcher, scan) each.
+
+    What the scans one after the other would find, in one call per flow: the kind is told by two comparisons
+    (no key tuple hashed), the flow's own record and its ClientHello are matched by their matchers' bodies
+    written inline (with their own tables), the DNS messages by the C loop called straight from here, and
+    the payload facts are read once (a TCP flow is matched against tcp, tls and http rules). Returned as
+    `bind(facts, detect)` -> the flow analysis: the facts cache and the engine's detections are closure cells,
+    so the engine hands the pipeline the generated function itself. The source holds only the table above,
+    step and plan numbers and matcher_source's bodies.
+    """
+    namespace: dict[str, Any] = {**_SOURCE_NAMES, "UNSET": _UNSET, "rule_indexes": rule_indexes, "first_hits": _first_hits,
+                                 "dns_first_hits": dns_first_hits}
+    lines = ["def bind(facts, detect):", "    facts_of = facts.facts", "    def analyze(flow):", "        transport = flow.transport"]
+    kinds = [(transport, has_dns) for transport in _TRANSPORT_ORDER for has_dns in (True, False) if (transport, has_dns) in plans]
+    for p, (transport, has_dns) in enumerate(kinds):
+        if p == 0 or kinds[p - 1][0] != transport:
+            namespace[f"X{p}"] = transport
+            lines.append(f"        if transport == X{p}:")
+        namespace[f"P{p}"], steps = plans[transport, has_dns]
+        # The plan with DNS returns: after it, the flow has none (one read of flow.dns for a TLS flow, not two).
+        after_dns = p > 0 and kinds[p - 1] == (transport, True)
+        lines += ["            if flow.dns:" if has_dns else "            if True:" if after_dns else "            if not flow.dns:",
+                  "                out = []"]
+        lines += [f"                {line}" for line in _plan_source(p, steps, namespace)]
+        lines.append(f"                return detect(flow, P{p}, out) if out else out")
+    lines += ["        return []", "    return analyze"]
+    exec(compile("\n".join(lines), "<signature plans>", "exec"), namespace)  # noqa: S102 - tables only, see above
+    return namespace["bind"]  # type: ignore[no-any-return]
+
 
 
 def rule_indexes(hits: int) -> list[int]:
@@ -346,23 +389,14 @@ def _part_tests(rules: tuple[Rule, ...], part: str) -> tuple[tuple[Callable[[Any
     return tuple(tuple(c.test for c in rule.conditions if _DNS_PARTS[c.field] == part) for rule in rules)
 
 
-def _dns_scan(rules: tuple[Rule, ...], entries: int = ITEM_MEMO_ENTRIES) -> Scan:
-    """The DNS scan when the rules read only the messages' fields (none of the flow's).
-
-    A rule holds for a message when its conditions on each part hold (a conjunction of pure tests), so a
-    message's hits split: `alive`, the rules whose qtype and rcode conditions hold, from two small tables
-    (memoised per qtype and per response code), less the rules an earlier message of the flow matched
-    (a rule reports its first message only); and, for the alive rules only, whether their name conditions
-    hold, a function of the name alone, memoised per name as (rules evaluated, rules holding) and extended
-    when a message asks for rules not evaluated yet: a query and its answer, A and AAAA share one entry, and
-    a name test (a regex) runs once per name and only for a rule the message's type and code leave alive.
-    The loop over the messages runs in C (native dpi.dns_first_hits, signature_scan.h) and calls back here
-    on a memo miss. Dicts throughout: keyed SipHash of the attacker-chosen names; bounded, a full memo
-    starts over (names: `entries`, as the item memo this replaced).
-    Against the per-(name, type, code) memo it replaced, on the bench corpus's DNS flows (mostly names
-    seen once: DGA bursts, tunnels): 3.9 -> 2.7-2.9 us per flow, fresh memos (2026-11-24).
-    """
-    match = compile_lazy(rules, wanted=True)
+def _dns_state(rules: tuple[Rule, ...], offset: int, entries: int) -> tuple[Any, ...]:
+    """One scan state of the C loop (native dpi.dns_first_hits, signature_scan.h) for at most DNS_STATE_RULES
+    rules, the protocol's rules from `offset` on: (offset, type_memo, code_memo, query_alive, name_memo, miss,
+    match, entries, prefilters), with the memos empty."""
+    # The rules' name conditions only (a rule without one holds for every name): an entry says which rules' name
+    # conditions hold, whatever the type and code of the message that asked.
+    match = compile_lazy(tuple(replace(rule, conditions=tuple(c for c in rule.conditions if _DNS_PARTS[c.field] == "qname"))
+                               for rule in rules), wanted=True)
     type_tests, code_tests = (_part_tests(rules, part) for part in ("qtype", "rcode"))
     qtype_of, rcode_of = GETTERS["dns.qtype"], GETTERS["dns.rcode"]
 
@@ -403,23 +437,73 @@ def _dns_scan(rules: tuple[Rule, ...], entries: int = ITEM_MEMO_ENTRIES) -> Scan
         qname = m.qname
         evaluated, holds = name_memo.get(qname, (0, 0))
         wanted = alive & ~evaluated
-        # The matcher tests the wanted rules' every condition: their type and code ones hold (they are alive),
-        # so what it finds is which of them the name satisfies.
         holds |= match(flow, m, wanted)
         if len(name_memo) >= entries:
             name_memo.clear()
         name_memo[qname] = (evaluated | wanted, holds)
         return holds & alive
 
-    def scan(flow: FlowRecord, facts: FlowFacts) -> Sequence[tuple[int, Any]]:
-        found = dns_first_hits(flow, flow.dns, type_memo, code_memo, query_alive, name_memo, type_code_miss, match,
-                               entries)
-        if found is None:
-            return _NO_HITS
-        first = [(i, m) for new, m in found for i in rule_indexes(new)]
-        return sorted(first, key=_rule_index) if len(first) > 1 else first
+    return offset, type_memo, code_memo, query_alive, name_memo, type_code_miss, match, entries, _name_prefilters(rules)
 
-    return scan
+
+# The C loop's prefilter ops (signature_scan.h sigscan_fails): a regex's required literal, a name length bound.
+_LITERAL, _LONGER, _SHORTER, _RUN = 0, 1, 2, 3
+_LENGTH_OPS = {"gt": _LONGER, "lt": _SHORTER}
+
+
+def _name_prefilters(rules: tuple[Rule, ...]) -> tuple[tuple[int, int, Any], ...]:
+    """(rule index, op, value) per name condition the C loop can rule a rule out with before calling the matcher:
+    a regex's required literal and leading run (operators.required_literal, leading_run: absent from an ASCII name,
+    the regex cannot match, as the operator's own prefilters say) and a `gt`/`lt` on the name's length (the
+    condition itself)."""
+    checks: list[tuple[int, int, Any]] = []
+    for i, rule in enumerate(rules):
+        for c in rule.conditions:
+            if c.field == "dns.qname" and c.op == "regex":
+                literal, run = required_literal(c.value), leading_run(c.value)
+                if literal:
+                    checks.append((i, _LITERAL, literal.encode("ascii")))
+                if run is not None:
+                    checks.append((i, _RUN, (run[0].encode("ascii"), run[1])))
+            elif (c.field == "dns.qname_length" and c.op in _LENGTH_OPS and type(c.value) is int
+                  and -(1 << 62) < c.value < 1 << 62):
+                checks.append((i, _LENGTH_OPS[c.op], c.value))
+    return tuple(checks)
+
+
+DNS_STATE_RULES = 64  # rules per state of the C loop: its masks are 64-bit integers
+
+
+class DnsScan:
+    """The DNS scan when the rules read only the messages' fields (none of the flow's).
+
+    A rule holds for a message when its conditions on each part hold (a conjunction of pure tests), so a
+    message's hits split: `alive`, the rules whose qtype and rcode conditions hold, from two small tables
+    (memoised per qtype and per response code), less the rules an earlier message of the flow matched
+    (a rule reports its first message only); and, for the alive rules only, whether their name conditions
+    hold, a function of the name alone, memoised per name as (rules evaluated, rules holding) and extended
+    when a message asks for rules not evaluated yet: a query and its answer, A and AAAA share one entry, and
+    a name test (a regex) runs once per name and only for a rule the message's type and code leave alive.
+    The loop over the messages runs in C (native dpi.dns_first_hits, signature_scan.h), one call per state
+    (`states`: 64 rules each, with their own memos), and calls back here on a memo miss. Dicts throughout:
+    keyed SipHash of the attacker-chosen names; bounded, a full memo starts over (`entries` each, as the
+    item memo this replaced). compile_flows calls the C loop itself; calling the scan gives [(rule index,
+    first matching message)].
+    Against the per-(name, type, code) memo it replaced, on the bench corpus's DNS flows (mostly names
+    seen once: DGA bursts, tunnels): 3.9 -> 2.7-2.9 us per flow, fresh memos (2026-11-24); with the loop's
+    masks as C integers, its slot reads, an answer taking its query's entry, no Python call between the
+    pipeline and the loop, and the loop's prefilters sparing most name misses a call of the name matcher
+    (~0.5 us each): 2.4-2.6 -> 1.4 (bytype.py).
+    """
+
+    def __init__(self, rules: tuple[Rule, ...], entries: int) -> None:
+        self.states = tuple(_dns_state(rules[k:k + DNS_STATE_RULES], k, entries) for k in range(0, len(rules), DNS_STATE_RULES))
+
+    def __call__(self, flow: FlowRecord, facts: FlowFacts) -> Sequence[tuple[int, Any]]:
+        out: list[tuple[int, int, Any]] = []
+        for state in self.states:
+            dns_first_hits(out, 0, flow, flow.dns, state)
+        return [(i, m) for _, i, m in out]
 
 
 class _Message:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from appliance.detection.detections import transport_name
-from appliance.detection.signatures.engine import FLOW_PROTOCOLS, SignatureEngine
+from appliance.detection.signatures.engine import FLOW_PROTOCOLS, RuleSet, SignatureEngine
 from appliance.detection.signatures.fields import QTYPES, RCODES
 from appliance.detection.signatures.rules import Rule
 from appliance.model import Detection, FlowRecord
@@ -79,6 +79,9 @@ class ReferenceEngine(SignatureEngine):
 
     _compiled_for: object = None
     _compiled: dict[str, tuple[tuple[Rule, ...], ProtocolMatcher]] = {}
+
+    def _bind(self, ruleset: RuleSet) -> None:
+        pass  # the method below stays the engine's analyze (the engine binds the generated one instead)
 
     def analyze(self, flow: FlowRecord) -> list[Detection]:
         if self._compiled_for is not self.ruleset:  # a reload swapped the set: compile the new one
