@@ -12,6 +12,7 @@ thread`); in the process it is driven batch by batch through `process`, without 
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +22,8 @@ from appliance.analysis.fair_queue import FairQueue, QueueFigures
 from appliance.model import DnsMessage, Detection, FlowRecord
 
 log = logging.getLogger(__name__)
+
+_from_event = operator.itemgetter(2)  # of a DnsBatch item (agent_id, message, from_event)
 
 
 class AnalysisLayer(Protocol):
@@ -92,7 +95,12 @@ class AnalysisPipeline(QueueFigures):
     def observe_dns_items(self, items: list[tuple[str, DnsMessage, bool]],
                           observe_answers: Callable[[list[tuple[str, DnsMessage]]], None]) -> None:
         """A DnsBatch's items (record_codec.decode_dns) in their order: resolver events to the layers that
-        watch them, answers to `observe_answers` (the resolver cache's observe_many) a run at a time."""
+        watch them, answers to `observe_answers` (the resolver cache's observe_many, which reads the first two
+        fields of each item) a run at a time: the whole batch at once when it holds no resolver event."""
+        if not any(map(_from_event, items)):  # answers only (nearly every batch): no list of pairs made
+            if items:
+                observe_answers(items)  # type: ignore[arg-type]
+            return
         answers: list[tuple[str, DnsMessage]] = []
         for agent_id, message, from_event in items:
             if from_event:
