@@ -39,8 +39,8 @@ class _DetectionsJson:
 
     An alert keeps its last 100 detections and is written again on every update: with each detection's text
     remembered, an update dumps only what is new instead of all it keeps. A detection's view never changes
-    once made, so its text is remembered by its id (one analysis makes: detections.DetectionIds, never one an agent chooses); the
-    joined text is what json.dumps gives for the list.
+    once made, so its text is remembered by its id (one analysis makes: detections.DetectionIds, never one an
+    agent chooses); the joined text is what json.dumps gives for the list.
 
     The memory is bounded by characters, not entries, and forgets the oldest texts first: what it must hold
     is every detection of the alerts still being updated. Bounded at 10,000 entries and emptied when full,
