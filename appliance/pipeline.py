@@ -123,12 +123,17 @@ class AnalysisPipeline(QueueFigures):
         detections: list[Detection] = []
         for layer in self.layers:
             try:
-                detections.extend(layer.analyze(flow))
+                found = layer.analyze(flow)
             except Exception:  # one broken layer must not stop analysis of the others
                 self.layer_errors += 1
                 log.exception("analysis layer %s failed on flow %s", layer.name, flow.flow_id)
+                continue
+            if found:  # most flows raise nothing: no call to add nothing
+                detections += found
         self.flows_processed += 1
-        if self.detection_filter is not None and detections:
+        if not detections:
+            return detections
+        if self.detection_filter is not None:
             kept = [d for d in detections if self.detection_filter(d)]
             self.detections_suppressed += len(detections) - len(kept)
             detections = kept
