@@ -6,9 +6,10 @@ from StreamDnsEvents, read by the TLS detector on the analysis thread. Bounded p
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -73,7 +74,12 @@ class ResolverCache:
         """The resolution of `address` by this agent valid at `at_ns` (seen before it, within window or TTL):
         the latest time seen up to `slack_s` after `at_ns` is at most max(window_s, its TTL) old. In C (the
         TLS detector asks for every TCP flow)."""
-        return _lookup(self._by_ip, agent_id, address, at_ns, window_s, slack_s, _RESOLUTION_MAKER)
+        return _lookup(self._by_ip, _RESOLUTION_MAKER, agent_id, address, at_ns, window_s, slack_s)
+
+    def lookup_function(self) -> Callable[..., Resolution | None]:
+        """`lookup` as one C call with no Python frame, for a caller that asks for every flow (the TLS detector):
+        (agent_id, address, at_ns, window_s[, slack_s])."""
+        return functools.partial(_lookup, self._by_ip, _RESOLUTION_MAKER)
 
     def name_resolved(self, agent_id: str, name: str, at_ns: int, window_s: float, slack_s: float = 2.0) -> bool:
         first = self._by_name.get(agent_id, {}).get(name)

@@ -898,7 +898,7 @@ static PyMethodDef dpi_functions[] = {
      "resolver_observe(items, by_ip, by_name, max_per_agent, maker, thin) -> responses learned: "
      "ResolverCache.observe_many (resolver_cache.h)."},
     {"resolver_lookup", (PyCFunction)(void (*)(void))resolver_lookup, METH_FASTCALL,
-     "resolver_lookup(by_ip, agent_id, address, at_ns, window_s, slack_s, maker) -> Resolution | None: "
+     "resolver_lookup(by_ip, maker, agent_id, address, at_ns, window_s[, slack_s=2.0]) -> Resolution | None: "
      "ResolverCache.lookup (resolver_cache.h)."},
     {"shannon_entropy", shannon_entropy, METH_O,
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},

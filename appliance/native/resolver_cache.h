@@ -13,7 +13,8 @@
  *     items: tuples whose first two fields are (agent_id, DnsMessage), in order; by_ip: {agent: {address:
  *     Resolution}}, by_name: {agent: {name: first ns}}; maker: SlotMaker(Resolution) (name, names, seen_ns,
  *     ttl_s, times); thin: resolutions._thin, called when a times list holds something but plain ints.
- * resolver_lookup(by_ip, agent_id, address, at_ns, window_s, slack_s, maker) -> Resolution | None
+ * resolver_lookup(by_ip, maker, agent_id, address, at_ns, window_s[, slack_s=2.0]) -> Resolution | None
+ *     The state first, so that functools.partial binds it and the TLS detector calls C with no Python frame.
  *
  * Exactness: timestamps, TTLs and the times lists are compared and subtracted as Python ints would be. Ints
  * within +-2**62 (every nanosecond time until the year 2116, every TTL) take 128-bit C arithmetic; anything
@@ -27,6 +28,7 @@ static dnsw_attr rc_attr_is_response, rc_attr_answers, rc_attr_qname, rc_attr_ti
     rc_attr_data, rc_attr_ttl;
 static PyObject *rc_second;        /* 1_000_000_000 */
 static PyObject *rc_billion_float; /* 1e9 */
+static PyObject *rc_default_slack; /* 2.0: ResolverCache.lookup's default slack_s */
 
 enum { RC_NAME, RC_NAMES, RC_SEEN_NS, RC_TTL_S, RC_TIMES, RC_FIELDS };
 
@@ -430,25 +432,25 @@ static int rc_recent_slow(double age_s, PyObject *window_s, PyObject *ttl_s)
 
 static PyObject *resolver_lookup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "resolver_lookup(by_ip, agent_id, address, at_ns, window_s, slack_s, maker)");
+    if (nargs != 6 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "resolver_lookup(by_ip, maker, agent_id, address, at_ns, window_s[, slack_s])");
         return NULL;
     }
-    if (!PyDict_Check(args[0]) || rc_check_maker(args[6]) < 0) {
+    if (!PyDict_Check(args[0]) || rc_check_maker(args[1]) < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "by_ip must be a dict");
         return NULL;
     }
-    SlotMaker *maker = (SlotMaker *)args[6];
-    PyObject *at_ns = args[3], *window_s = args[4], *slack_s = args[5];
-    PyObject *by_ip = PyDict_GetItemWithError(args[0], args[1]); /* borrowed */
+    SlotMaker *maker = (SlotMaker *)args[1];
+    PyObject *at_ns = args[4], *window_s = args[5], *slack_s = nargs == 7 ? args[6] : rc_default_slack;
+    PyObject *by_ip = PyDict_GetItemWithError(args[0], args[2]); /* borrowed */
     if (by_ip == NULL)
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     if (!PyDict_Check(by_ip)) {
         PyErr_SetString(PyExc_TypeError, "the per-agent maps must be dicts");
         return NULL;
     }
-    PyObject *hit = PyDict_GetItemWithError(by_ip, args[2]);
+    PyObject *hit = PyDict_GetItemWithError(by_ip, args[3]);
     if (hit == NULL)
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     if (!Py_IS_TYPE(hit, maker->cls)) {
@@ -530,6 +532,8 @@ static int rc_init(PyObject *module)
     if (rc_second == NULL && (rc_second = PyLong_FromLong(1000000000L)) == NULL)
         return -1;
     if (rc_billion_float == NULL && (rc_billion_float = PyFloat_FromDouble(1e9)) == NULL)
+        return -1;
+    if (rc_default_slack == NULL && (rc_default_slack = PyFloat_FromDouble(2.0)) == NULL)
         return -1;
     if ((rc_cname == NULL && (rc_cname = PyLong_FromLong(5)) == NULL) || (rc_a == NULL && (rc_a = PyLong_FromLong(1)) == NULL)
         || (rc_aaaa == NULL && (rc_aaaa = PyLong_FromLong(28)) == NULL))

@@ -64,7 +64,7 @@ class TlsAnalyzer:
         self._anchors = anchors
         self._throttle = Throttle()
         self.prevalence = FingerprintPrevalence()
-        self._lookup = resolver.lookup  # bound once: asked for every TCP flow
+        self._lookup = resolver.lookup_function()  # asked for every TCP flow
         self._observe_fingerprint = self.prevalence.observe
 
     def analyze(self, flow: FlowRecord, facts: Facts, config: AnalysisConfig) -> list[Detection]:

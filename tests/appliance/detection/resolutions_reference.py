@@ -57,3 +57,6 @@ class ResolverCacheReference(ResolverCache):
             return None
         age_s = (at_ns - times[i - 1]) / 1e9
         return hit if age_s <= window_s or age_s <= hit.ttl_s else None
+
+    def lookup_function(self):  # type: ignore[no-untyped-def]
+        return self.lookup

@@ -70,6 +70,10 @@ def test_observe_many_and_lookup_leave_and_answer_what_the_python_did(huge, max_
             slack = rng.choice([2.0, 0.0, 1, 1e12])
             got = cache.lookup(agent_id, address, at, window, slack)
             assert got is ResolverCacheReference.lookup(cache, agent_id, address, at, window, slack)  # same object
+            assert cache.lookup_function()(agent_id, address, at, window, slack) is got
+            if slack == 2.0:  # the default
+                assert cache.lookup_function()(agent_id, address, at, window) is got is cache.lookup(
+                    agent_id, address, at, window)
             want = reference.lookup(agent_id, address, at, window, slack)
             assert (got is None) == (want is None)
     assert reference.responses_seen > 1000
@@ -107,8 +111,10 @@ def test_the_helpers_refuse_what_is_not_their_state():
     with pytest.raises(TypeError):
         native_dpi.resolver_observe([("agent", message)], {}, {}, 10, object(), _thin)  # not a SlotMaker
     with pytest.raises(TypeError):
-        native_dpi.resolver_lookup({"agent": {"192.0.2.1": ("not", "a", "Resolution")}}, "agent", "192.0.2.1", 10, 1.0, 2.0,
-                                   maker)
+        native_dpi.resolver_lookup({"agent": {"192.0.2.1": ("not", "a", "Resolution")}}, maker, "agent", "192.0.2.1", 10,
+                                   1.0, 2.0)
+    with pytest.raises(TypeError):
+        native_dpi.resolver_lookup({}, maker, "agent", "192.0.2.1", 10)  # no window
     with pytest.raises(AttributeError):
         native_dpi.resolver_observe([("agent", object())], {}, {}, 10, maker, _thin)
     broken = Resolution("a.example", ("a.example",), 10, 60, [])  # a Resolution is never without a time
