@@ -75,26 +75,35 @@ static int rc_apart(PyObject *a, PyObject *b)
     return r;
 }
 
-/* bisect.bisect_right(times, x) (-1 on error). */
+/* x < item, x given as an object and, when `small`, as xv too (-1 on error). */
+static int rc_x_less(PyObject *x, int small, long long xv, PyObject *item)
+{
+    long long iv;
+    if (small && rc_small(item, &iv))
+        return xv < iv;
+    Py_INCREF(item);
+    int less = PyObject_RichCompareBool(x, item, Py_LT);
+    Py_DECREF(item);
+    return less;
+}
+
+/* bisect.bisect_right(times, x) on the sorted list (-1 on error). The latest time is tried first: answers and
+ * lookups are mostly about now, past every time kept, and then one comparison settles it. */
 static Py_ssize_t rc_bisect_right(PyObject *times, PyObject *x)
 {
     Py_ssize_t lo = 0, hi = PyList_GET_SIZE(times);
     long long xv;
     int small = rc_small(x, &xv);
+    if (hi > 0) {
+        int less = rc_x_less(x, small, xv, PyList_GET_ITEM(times, hi - 1));
+        if (less <= 0)
+            return less < 0 ? -1 : PyList_GET_SIZE(times);
+    }
     while (lo < hi) {
         Py_ssize_t mid = lo + (hi - lo) / 2;
-        PyObject *item = PyList_GET_ITEM(times, mid);
-        long long iv;
-        int less;
-        if (small && rc_small(item, &iv))
-            less = xv < iv;
-        else {
-            Py_INCREF(item);
-            less = PyObject_RichCompareBool(x, item, Py_LT);
-            Py_DECREF(item);
-            if (less < 0)
-                return -1;
-        }
+        int less = rc_x_less(x, small, xv, PyList_GET_ITEM(times, mid));
+        if (less < 0)
+            return -1;
         if (less)
             hi = mid;
         else
