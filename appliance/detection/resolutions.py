@@ -70,9 +70,11 @@ class ResolverCache:
         with self._lock:
             self.responses_seen += _observe(items, self._by_ip, self._by_name, self._max, _RESOLUTION_MAKER, _thin)
 
-    def lookup(self, agent_id: str, address: str, at_ns: int, window_s: float, slack_s: float = 2.0) -> Resolution | None:
+    def lookup(self, agent_id: str, address: str | int, at_ns: int, window_s: float,
+               slack_s: float = 2.0) -> Resolution | None:
         """The resolution of `address` by this agent valid at `at_ns` (seen before it, within window or TTL):
-        the latest time seen up to `slack_s` after `at_ns` is at most max(window_s, its TTL) old. In C (the
+        the latest time seen up to `slack_s` after `at_ns` is at most max(window_s, its TTL) old. `address`: a
+        str, or an IPv4 address as an int (FlowRecord.remote_ip: model.ip_str's text is looked up). In C (the
         TLS detector asks for every TCP flow)."""
         return _lookup(self._by_ip, _RESOLUTION_MAKER, agent_id, address, at_ns, window_s, slack_s)
 

@@ -15,6 +15,7 @@
  *     ttl_s, times); thin: resolutions._thin, called when a times list holds something but plain ints.
  * resolver_lookup(by_ip, maker, agent_id, address, at_ns, window_s[, slack_s=2.0]) -> Resolution | None
  *     The state first, so that functools.partial binds it and the TLS detector calls C with no Python frame.
+ *     `address`: a str, or an IPv4 address as an int (FlowRecord.remote_ip), looked up as model.ip_str writes it.
  *
  * Exactness: timestamps, TTLs and the times lists are compared and subtracted as Python ints would be. Ints
  * within +-2**62 (every nanosecond time until the year 2116, every TTL) take 128-bit C arithmetic; anything
@@ -439,6 +440,35 @@ static int rc_recent_slow(double age_s, PyObject *window_s, PyObject *ttl_s)
     return r;
 }
 
+/* The cache's key of an address: a str as it is; an int (FlowRecord.remote_ip) as model.ip_str writes it, the
+ * dotted quad of its four bytes (socket.inet_ntoa), so that the TLS detector formats an address only when a
+ * flow raises something. New reference. */
+static PyObject *rc_address(PyObject *address)
+{
+    if (!PyLong_CheckExact(address))
+        return Py_NewRef(address);
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(address, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow || v < 0 || v > 0xFFFFFFFFLL) {
+        PyErr_SetString(PyExc_ValueError, "an IPv4 address as an int must be within 0..2**32-1");
+        return NULL;
+    }
+    char text[16], *at = text;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        unsigned octet = (unsigned)(v >> shift) & 0xFF;
+        if (octet >= 100)
+            *at++ = (char)('0' + octet / 100);
+        if (octet >= 10)
+            *at++ = (char)('0' + octet / 10 % 10);
+        *at++ = (char)('0' + octet % 10);
+        if (shift)
+            *at++ = '.';
+    }
+    return PyUnicode_FromStringAndSize(text, at - text);
+}
+
 static PyObject *resolver_lookup(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 6 && nargs != 7) {
@@ -459,7 +489,9 @@ static PyObject *resolver_lookup(PyObject *module, PyObject *const *args, Py_ssi
         PyErr_SetString(PyExc_TypeError, "the per-agent maps must be dicts");
         return NULL;
     }
-    PyObject *hit = PyDict_GetItemWithError(by_ip, args[3]);
+    PyObject *address = rc_address(args[3]);
+    PyObject *hit = address != NULL ? PyDict_GetItemWithError(by_ip, address) : NULL;
+    Py_XDECREF(address);
     if (hit == NULL)
         return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
     if (!Py_IS_TYPE(hit, maker->cls)) {

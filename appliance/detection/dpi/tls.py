@@ -85,16 +85,17 @@ class TlsAnalyzer:
                     others, watched_s, handshakes = rarity
                     rare = (others <= c.rare_max_fleet_agents and watched_s >= c.rare_learning_s
                             and handshakes >= c.rare_min_handshakes)
-        address = ip_str(flow.remote_ip)  # flow.remote_addr without the property's Python frame (every TCP flow)
         hello = facts.client_hello
         sni = hello.sni if hello is not None else ""
-        resolution = self._lookup(agent_id, address, first_ns, c.resolution_window_s)
+        # Asked with the address as an int: the C writes its text (ip_str's) only to look it up.
+        resolution = self._lookup(agent_id, flow.remote_ip, first_ns, c.resolution_window_s)
         # Decide first: most flows raise nothing, and the evidence below costs more than the tests. Most are
         # resolved, their SNI among the names (or none), not rare, no chain in clear: nothing to raise whether
         # the address is private or not, so that test waits.
         if resolution is not None and not rare and (tls is None or not tls.certificates) and (
                 not sni or sni in resolution.names):
             return []
+        address = ip_str(flow.remote_ip)  # flow.remote_addr without the property's Python frame
         if c.ignore_private and is_private(address):
             return []
         mismatch = resolution is not None and bool(sni) and sni not in resolution.names and self._unbacked(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 
 from appliance.detection.resolutions import _A, _AAAA, _CNAME, _MAX_TIMES, Resolution, ResolverCache, _thin
-from appliance.model import DnsMessage
+from appliance.model import DnsMessage, ip_str
 
 
 class ResolverCacheReference(ResolverCache):
@@ -46,7 +46,10 @@ class ResolverCacheReference(ResolverCache):
             while len(by_name) > self._max:
                 del by_name[next(iter(by_name))]
 
-    def lookup(self, agent_id: str, address: str, at_ns: int, window_s: float, slack_s: float = 2.0) -> Resolution | None:
+    def lookup(self, agent_id: str, address: str | int, at_ns: int, window_s: float,
+               slack_s: float = 2.0) -> Resolution | None:
+        if isinstance(address, int):  # as the TLS detector rendered the flow's address before asking
+            address = ip_str(address)
         by_ip = self._by_ip.get(agent_id)
         hit = by_ip.get(address) if by_ip is not None else None
         if hit is None:

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from appliance.detection.resolutions import _RESOLUTION_MAKER, Resolution, ResolverCache, _thin
-from appliance.model import DnsAnswer, DnsMessage
+from appliance.model import DnsAnswer, DnsMessage, ip_int, ip_str
 from appliance.native import dpi as native_dpi
 from tests.appliance.detection.resolutions_reference import ResolverCacheReference
 
@@ -76,6 +76,8 @@ def test_observe_many_and_lookup_leave_and_answer_what_the_python_did(huge, max_
                     agent_id, address, at, window)
             want = reference.lookup(agent_id, address, at, window, slack)
             assert (got is None) == (want is None)
+            if ":" not in address:  # the TLS detector asks with the flow's address as an int
+                assert cache.lookup_function()(agent_id, ip_int(address), at, window, slack) is got
     assert reference.responses_seen > 1000
     if max_per_agent == 50_000:  # long histories were thinned on both sides
         assert max(len(r.times) for m in reference._by_ip.values() for r in m.values()) == 64
@@ -120,3 +122,21 @@ def test_the_helpers_refuse_what_is_not_their_state():
     broken = Resolution("a.example", ("a.example",), 10, 60, [])  # a Resolution is never without a time
     with pytest.raises(TypeError):
         native_dpi.resolver_observe([("agent", message)], {"agent": {"192.0.2.1": broken}}, {}, 10, maker, _thin)
+
+
+def test_an_address_given_as_an_int_is_looked_up_as_ip_str_writes_it():
+    rng = random.Random(3)
+    values = [0, 1, 9, 10, 99, 100, 255, 256, 2**32 - 1, 0x0A000001, 0x64096300] + [rng.getrandbits(32) for _ in range(3000)]
+    cache = ResolverCache()
+    items = [("agent", DnsMessage(1, True, 0, "n.example", 1, 1, [DnsAnswer("n.example", 1, 60, ip_str(v))], False, 10))
+             for v in values[::2]]
+    cache.observe_many(items)
+    for v in values:
+        got = cache.lookup("agent", v, 10, 120.0)
+        assert got is cache.lookup("agent", ip_str(v), 10, 120.0)
+        assert (got is not None) == (ip_str(v) in cache._by_ip["agent"])
+    assert sum(cache.lookup("agent", v, 10, 120.0) is not None for v in values) >= len(values) // 2
+    for bad in (-1, 2**32, 2**70):
+        with pytest.raises(ValueError):
+            cache.lookup("agent", bad, 10, 120.0)
+    assert cache.lookup("agent", True, 10, 120.0) is None  # not an int address: a key like any other
