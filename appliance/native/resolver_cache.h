@@ -237,6 +237,44 @@ static int rc_is(PyObject *rtype, long long code, PyObject *code_object)
 
 static PyObject *rc_cname, *rc_a, *rc_aaaa; /* 5, 1, 28 */
 
+/* One answer of a message: a CNAME's target joins `names` (once), an A or AAAA answer's (data, ttl) joins
+ * `pairs` (new references) at *count. -1 on error. */
+static int rc_answer(PyObject *answer, PyObject *names, PyObject **pairs, Py_ssize_t *count)
+{
+    PyObject *rtype = dnsw_get(answer, &rc_attr_rtype);
+    if (rtype == NULL)
+        return -1;
+    int is_cname = rc_is(rtype, 5, rc_cname), is_address = 0;
+    if (is_cname == 0) {
+        is_address = rc_is(rtype, 1, rc_a);
+        if (is_address == 0)
+            is_address = rc_is(rtype, 28, rc_aaaa);
+    }
+    Py_DECREF(rtype);
+    if (is_cname < 0 || is_address < 0)
+        return -1;
+    if (is_cname) {
+        PyObject *target = dnsw_get(answer, &rc_attr_data);
+        int known = target != NULL ? PySequence_Contains(names, target) : -1;
+        if (known == 0)
+            known = PyList_Append(names, target);
+        Py_XDECREF(target);
+        return known < 0 ? -1 : 0;
+    }
+    if (is_address) {
+        PyObject *address = dnsw_get(answer, &rc_attr_data);
+        PyObject *ttl = address != NULL ? dnsw_get(answer, &rc_attr_ttl) : NULL;
+        if (ttl == NULL) {
+            Py_XDECREF(address);
+            return -1;
+        }
+        pairs[2 * *count] = address;
+        pairs[2 * *count + 1] = ttl;
+        (*count)++;
+    }
+    return 0;
+}
+
 /* One message of the Python loop: -1 error, 0 taught nothing, 1 learned. */
 static int rc_observe_one(PyObject *agent_id, PyObject *message, PyObject *by_ip_all, PyObject *by_name_all,
                           Py_ssize_t max, SlotMaker *maker, PyObject *thin)
@@ -276,39 +314,13 @@ static int rc_observe_one(PyObject *agent_id, PyObject *message, PyObject *by_ip
     if ((names = PyList_New(1)) == NULL)
         goto done;
     PyList_SET_ITEM(names, 0, Py_NewRef(qname));
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *answer = PySequence_Fast_GET_ITEM(seq, i);
-        PyObject *rtype = dnsw_get(answer, &rc_attr_rtype);
-        if (rtype == NULL)
+    /* At most n answers (pairs holds 2n); fewer if a comparison ran Python code that shrank the list. */
+    for (Py_ssize_t i = 0; i < n && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *answer = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        int r = rc_answer(answer, names, pairs, &count);
+        Py_DECREF(answer);
+        if (r < 0)
             goto done;
-        int is_cname = rc_is(rtype, 5, rc_cname), is_address = 0;
-        if (is_cname == 0) {
-            is_address = rc_is(rtype, 1, rc_a);
-            if (is_address == 0)
-                is_address = rc_is(rtype, 28, rc_aaaa);
-        }
-        Py_DECREF(rtype);
-        if (is_cname < 0 || is_address < 0)
-            goto done;
-        if (is_cname) {
-            PyObject *target = dnsw_get(answer, &rc_attr_data);
-            int known = target != NULL ? PySequence_Contains(names, target) : -1;
-            if (known == 0)
-                known = PyList_Append(names, target);
-            Py_XDECREF(target);
-            if (known < 0)
-                goto done;
-        } else if (is_address) {
-            PyObject *address = dnsw_get(answer, &rc_attr_data);
-            PyObject *ttl = address != NULL ? dnsw_get(answer, &rc_attr_ttl) : NULL;
-            if (ttl == NULL) {
-                Py_XDECREF(address);
-                goto done;
-            }
-            pairs[2 * count] = address;
-            pairs[2 * count + 1] = ttl;
-            count++;
-        }
     }
     if (count == 0) {
         result = 0;

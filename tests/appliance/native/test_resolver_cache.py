@@ -140,3 +140,27 @@ def test_an_address_given_as_an_int_is_looked_up_as_ip_str_writes_it():
         with pytest.raises(ValueError):
             cache.lookup("agent", bad, 10, 120.0)
     assert cache.lookup("agent", True, 10, 120.0) is None  # not an int address: a key like any other
+
+
+def test_an_answer_list_changed_while_it_is_read_is_read_as_python_reads_it():
+    """A record type whose comparison empties the message's answers (no decoder makes one): the C stops where the
+    Python loop stops, and touches no answer it no longer holds."""
+
+    class Emptying:
+        def __init__(self, answers: list[DnsAnswer]) -> None:
+            self.answers = answers
+
+        def __eq__(self, other: object) -> bool:
+            self.answers.clear()
+            return other == 1
+
+        __hash__ = None  # type: ignore[assignment]
+
+    states = []
+    for cache in (ResolverCache(), ResolverCacheReference()):
+        answers = [DnsAnswer("a.example", 1, 60, "192.0.2.1")]
+        answers.insert(0, DnsAnswer("a.example", Emptying(answers), 60, "192.0.2.2"))  # type: ignore[arg-type]
+        answers += [DnsAnswer("a.example", 1, 60, f"192.0.2.{i}") for i in range(3, 40)]
+        cache.observe("agent", DnsMessage(1, True, 0, "a.example", 1, 1, answers, False, 10))
+        states.append(_state(cache))
+    assert states[0] == states[1]
