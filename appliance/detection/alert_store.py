@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,9 +28,12 @@ _ALERT_FIELDS = tuple(f.name for f in fields(Alert))
 _encode = json.JSONEncoder(default=str).encode
 
 
+_alert_values = operator.attrgetter(*_ALERT_FIELDS)  # every field, in order, in one C call
+
+
 def _copy(alert: Alert) -> Alert:
     """The correlator changes the alert it is given: never the remembered one (or one a subscriber holds)."""
-    copied = Alert(*(getattr(alert, name) for name in _ALERT_FIELDS))
+    copied = Alert(*_alert_values(alert))
     copied.detections = list(alert.detections)
     return copied
 
