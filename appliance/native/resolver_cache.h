@@ -194,8 +194,53 @@ static int rc_check_maker(PyObject *maker)
     return 0;
 }
 
+/* The message's chain of names: [qname] and its CNAME targets (`names`, NULL when it had no CNAME). */
+typedef struct {
+    PyObject *qname, *names;
+    PyObject *tuple; /* tuple(names), made when first needed (new reference) */
+} rc_chain;
+
+static Py_ssize_t rc_chain_size(const rc_chain *c)
+{
+    return c->names != NULL ? PyList_GET_SIZE(c->names) : 1;
+}
+
+static PyObject *rc_chain_item(const rc_chain *c, Py_ssize_t i)
+{
+    return c->names != NULL ? PyList_GET_ITEM(c->names, i) : c->qname;
+}
+
+static PyObject *rc_chain_tuple(rc_chain *c)
+{
+    if (c->tuple == NULL)
+        c->tuple = c->names != NULL ? PyList_AsTuple(c->names) : PyTuple_Pack(1, c->qname);
+    return c->tuple;
+}
+
+/* 1 when `names` (a Resolution's) is a tuple equal to the chain, item by item: it stays, equal to the tuple the
+ * Python made anew (most answers repeat a name's resolution: no tuple made for them). -1 on error. */
+static int rc_chain_equals(const rc_chain *c, PyObject *names)
+{
+    Py_ssize_t n = rc_chain_size(c);
+    if (names == NULL || !PyTuple_CheckExact(names) || PyTuple_GET_SIZE(names) != n)
+        return 0;
+    for (Py_ssize_t i = 0; i < n && i < rc_chain_size(c); i++) {
+        PyObject *a = PyTuple_GET_ITEM(names, i), *b = rc_chain_item(c, i);
+        if (a == b)
+            continue;
+        Py_INCREF(a);
+        Py_INCREF(b);
+        int same = PyObject_RichCompareBool(a, b, Py_EQ);
+        Py_DECREF(a);
+        Py_DECREF(b);
+        if (same <= 0)
+            return same;
+    }
+    return n == rc_chain_size(c);
+}
+
 /* One known address answered again: its Resolution updated in place (the Python loop's `else` branch). */
-static int rc_update(SlotMaker *maker, PyObject *old, PyObject *qname, PyObject *chain, PyObject *ts, PyObject *ttl,
+static int rc_update(SlotMaker *maker, PyObject *old, PyObject *qname, rc_chain *chain, PyObject *ts, PyObject *ttl,
                      PyObject *thin)
 {
     PyObject *times = RC_SLOT(maker, old, RC_TIMES);
@@ -215,7 +260,14 @@ static int rc_update(SlotMaker *maker, PyObject *old, PyObject *qname, PyObject 
     if (apart < 0)
         return -1;
     rc_set_slot(maker, old, RC_NAME, qname);
-    rc_set_slot(maker, old, RC_NAMES, chain);
+    int same = rc_chain_equals(chain, RC_SLOT(maker, old, RC_NAMES));
+    if (same < 0)
+        return -1;
+    if (!same) {
+        if (rc_chain_tuple(chain) == NULL)
+            return -1;
+        rc_set_slot(maker, old, RC_NAMES, chain->tuple);
+    }
     rc_set_slot(maker, old, RC_TTL_S, ttl);
     PyObject *seen = RC_SLOT(maker, old, RC_SEEN_NS);
     int later = seen == NULL ? 1 : rc_less(seen, ts);
@@ -237,9 +289,9 @@ static int rc_is(PyObject *rtype, long long code, PyObject *code_object)
 
 static PyObject *rc_cname, *rc_a, *rc_aaaa; /* 5, 1, 28 */
 
-/* One answer of a message: a CNAME's target joins `names` (once), an A or AAAA answer's (data, ttl) joins
- * `pairs` (new references) at *count. -1 on error. */
-static int rc_answer(PyObject *answer, PyObject *names, PyObject **pairs, Py_ssize_t *count)
+/* One answer of a message: a CNAME's target joins *names (once; the list [qname, ...] made at the first CNAME),
+ * an A or AAAA answer's (data, ttl) joins `pairs` (new references) at *count. -1 on error. */
+static int rc_answer(PyObject *answer, PyObject *qname, PyObject **names, PyObject **pairs, Py_ssize_t *count)
 {
     PyObject *rtype = dnsw_get(answer, &rc_attr_rtype);
     if (rtype == NULL)
@@ -254,10 +306,15 @@ static int rc_answer(PyObject *answer, PyObject *names, PyObject **pairs, Py_ssi
     if (is_cname < 0 || is_address < 0)
         return -1;
     if (is_cname) {
+        if (*names == NULL) { /* [qname], made at the first CNAME: most answers have none */
+            if ((*names = PyList_New(1)) == NULL)
+                return -1;
+            PyList_SET_ITEM(*names, 0, Py_NewRef(qname));
+        }
         PyObject *target = dnsw_get(answer, &rc_attr_data);
-        int known = target != NULL ? PySequence_Contains(names, target) : -1;
+        int known = target != NULL ? PySequence_Contains(*names, target) : -1;
         if (known == 0)
-            known = PyList_Append(names, target);
+            known = PyList_Append(*names, target);
         Py_XDECREF(target);
         return known < 0 ? -1 : 0;
     }
@@ -300,7 +357,8 @@ static int rc_observe_one(PyObject *agent_id, PyObject *message, PyObject *by_ip
     }
     int result = -1;
     PyObject *seq = PySequence_Fast(answers, "DnsMessage.answers must be iterable");
-    PyObject *names = NULL, *chain = NULL, *ts = NULL, *by_ip = NULL, *by_name = NULL;
+    PyObject *names = NULL, *ts = NULL, *by_ip = NULL, *by_name = NULL;
+    rc_chain chain = {.qname = qname, .names = NULL, .tuple = NULL};
     PyObject *stack[32], **pairs = stack; /* (data, ttl) of the A and AAAA answers, new references */
     Py_ssize_t count = 0;
     if (seq == NULL)
@@ -311,13 +369,10 @@ static int rc_observe_one(PyObject *agent_id, PyObject *message, PyObject *by_ip
         PyErr_NoMemory();
         goto done;
     }
-    if ((names = PyList_New(1)) == NULL)
-        goto done;
-    PyList_SET_ITEM(names, 0, Py_NewRef(qname));
     /* At most n answers (pairs holds 2n); fewer if a comparison ran Python code that shrank the list. */
     for (Py_ssize_t i = 0; i < n && i < PySequence_Fast_GET_SIZE(seq); i++) {
         PyObject *answer = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
-        int r = rc_answer(answer, names, pairs, &count);
+        int r = rc_answer(answer, qname, &names, pairs, &count);
         Py_DECREF(answer);
         if (r < 0)
             goto done;
@@ -326,8 +381,9 @@ static int rc_observe_one(PyObject *agent_id, PyObject *message, PyObject *by_ip
         result = 0;
         goto done;
     }
-    if ((ts = dnsw_get(message, &rc_attr_timestamp_ns)) == NULL || (chain = PyList_AsTuple(names)) == NULL)
+    if ((ts = dnsw_get(message, &rc_attr_timestamp_ns)) == NULL)
         goto done;
+    chain.names = names;
     if ((by_ip = rc_inner(by_ip_all, agent_id)) == NULL || (by_name = rc_inner(by_name_all, agent_id)) == NULL)
         goto done;
     if (!PyDict_CheckExact(by_ip) || !PyDict_CheckExact(by_name)) {
@@ -344,7 +400,11 @@ static int rc_observe_one(PyObject *agent_id, PyObject *message, PyObject *by_ip
             if (times == NULL)
                 goto done;
             PyList_SET_ITEM(times, 0, Py_NewRef(ts));
-            PyObject *fields[RC_FIELDS] = {Py_NewRef(qname), Py_NewRef(chain), Py_NewRef(ts), Py_NewRef(ttl), times};
+            if (rc_chain_tuple(&chain) == NULL) {
+                Py_DECREF(times);
+                goto done;
+            }
+            PyObject *fields[RC_FIELDS] = {Py_NewRef(qname), Py_NewRef(chain.tuple), Py_NewRef(ts), Py_NewRef(ttl), times};
             PyObject *made = slot_maker_take(maker, fields);
             int r = made != NULL ? PyDict_SetItem(by_ip, address, made) : -1;
             Py_XDECREF(made);
@@ -355,28 +415,32 @@ static int rc_observe_one(PyObject *agent_id, PyObject *message, PyObject *by_ip
         int r = -1;
         if (!Py_IS_TYPE(old, maker->cls))
             PyErr_SetString(PyExc_TypeError, "the cache holds something but a Resolution");
-        else if (PyDict_DelItem(by_ip, address) == 0 && rc_update(maker, old, qname, chain, ts, ttl, thin) == 0)
+        else if (PyDict_DelItem(by_ip, address) == 0 && rc_update(maker, old, qname, &chain, ts, ttl, thin) == 0)
             r = PyDict_SetItem(by_ip, address, old);
         Py_DECREF(old);
         if (r < 0)
             goto done;
     }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(chain); i++) {
+    for (Py_ssize_t i = 0; i < rc_chain_size(&chain); i++) {
         /* first = by_name.pop(name, ts); by_name[name] = first if first < ts else ts */
-        PyObject *name = PyTuple_GET_ITEM(chain, i);
+        PyObject *name = Py_NewRef(rc_chain_item(&chain, i));
         PyObject *first = rc_get(by_name, name);
-        if (first == NULL && PyErr_Occurred())
+        if (first == NULL && PyErr_Occurred()) {
+            Py_DECREF(name);
             goto done;
+        }
         int earlier = 0;
         if (first != NULL) {
             earlier = PyDict_DelItem(by_name, name) < 0 ? -1 : rc_less(first, ts);
             if (earlier < 0) {
                 Py_DECREF(first);
+                Py_DECREF(name);
                 goto done;
             }
         }
         int r = PyDict_SetItem(by_name, name, earlier ? first : ts);
         Py_XDECREF(first);
+        Py_DECREF(name);
         if (r < 0)
             goto done;
     }
@@ -390,7 +454,7 @@ done:
         PyMem_Free(pairs);
     Py_XDECREF(seq);
     Py_XDECREF(names);
-    Py_XDECREF(chain);
+    Py_XDECREF(chain.tuple);
     Py_XDECREF(ts);
     Py_XDECREF(by_ip);
     Py_XDECREF(by_name);
