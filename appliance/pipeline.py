@@ -12,6 +12,7 @@ thread`); in the process it is driven batch by batch through `process`, without 
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +22,8 @@ from appliance.analysis.fair_queue import FairQueue, QueueFigures
 from appliance.model import DnsMessage, Detection, FlowRecord
 
 log = logging.getLogger(__name__)
+
+_from_event = operator.itemgetter(2)  # of a DnsBatch item (agent_id, message, from_event)
 
 
 class AnalysisLayer(Protocol):
@@ -92,7 +95,12 @@ class AnalysisPipeline(QueueFigures):
     def observe_dns_items(self, items: list[tuple[str, DnsMessage, bool]],
                           observe_answers: Callable[[list[tuple[str, DnsMessage]]], None]) -> None:
         """A DnsBatch's items (record_codec.decode_dns) in their order: resolver events to the layers that
-        watch them, answers to `observe_answers` (the resolver cache's observe_many) a run at a time."""
+        watch them, answers to `observe_answers` (the resolver cache's observe_many, which reads the first two
+        fields of each item) a run at a time: the whole batch at once when it holds no resolver event."""
+        if not any(map(_from_event, items)):  # answers only (nearly every batch): no list of pairs made
+            if items:
+                observe_answers(items)  # type: ignore[arg-type]
+            return
         answers: list[tuple[str, DnsMessage]] = []
         for agent_id, message, from_event in items:
             if from_event:
@@ -115,12 +123,17 @@ class AnalysisPipeline(QueueFigures):
         detections: list[Detection] = []
         for layer in self.layers:
             try:
-                detections.extend(layer.analyze(flow))
+                found = layer.analyze(flow)
             except Exception:  # one broken layer must not stop analysis of the others
                 self.layer_errors += 1
                 log.exception("analysis layer %s failed on flow %s", layer.name, flow.flow_id)
+                continue
+            if found:  # most flows raise nothing: no call to add nothing
+                detections += found
         self.flows_processed += 1
-        if self.detection_filter is not None and detections:
+        if not detections:
+            return detections
+        if self.detection_filter is not None:
             kept = [d for d in detections if self.detection_filter(d)]
             self.detections_suppressed += len(detections) - len(kept)
             detections = kept

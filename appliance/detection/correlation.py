@@ -35,9 +35,13 @@ def combine(contributions: list[tuple[Detection, float]], config: CorrelationCon
     remaining = 1.0
     for _, p in contributions:
         remaining *= 1.0 - min(max(p, 0.0), 1.0)
+    return _combined(remaining, len({d.detector for d, _ in contributions}), config)
+
+
+def _combined(remaining: float, detectors: int, config: CorrelationConfig) -> float:
+    """`combine` from the product of (1 - P_i) and the number of distinct detectors."""
     probability = 1.0 - remaining
-    detectors = {d.detector for d, _ in contributions}
-    bonus = min(config.diversity_bonus * (len(detectors) - 1), config.diversity_cap)
+    bonus = min(config.diversity_bonus * (detectors - 1), config.diversity_cap)
     return min(probability * (1.0 + bonus), 0.99)
 
 
@@ -87,17 +91,36 @@ class Correlator:
         window_ns = int(config.window_s * _NS)
         while group and group[0].last_ns < now_ns - window_ns:
             group.popleft()
-        contributions = [(d, d.confidence * 0.5 ** (max(now_ns - d.last_ns, 0) / (config.half_life_s * _NS))) for d in group]
-        probability = combine(contributions, config)
+        # One pass over the group for what the judgement needs, in the group's order (the same float
+        # operations in the same order as combine, the category weights and the maxima over the group).
+        half_life_ns = config.half_life_s * _NS
+        contributions: list[tuple[Detection, float]] = []
+        remaining = 1.0
+        detectors: set[str] = set()
+        weights: dict[Category, float] = {}
+        leads: dict[Category, tuple[Detection, float]] = {}  # per category its first strongest contribution
+        severity: Severity | None = None
+        for d in group:
+            p = d.confidence * 0.5 ** (max(now_ns - d.last_ns, 0) / half_life_ns)
+            contributions.append((d, p))
+            remaining *= 1.0 - min(max(p, 0.0), 1.0)
+            detectors.add(d.detector)
+            category = d.category
+            weights[category] = weights.get(category, 0.0) + p
+            best = leads.get(category)
+            if best is None or p > best[1]:
+                leads[category] = (d, p)
+            if severity is None or d.severity > severity:
+                severity = d.severity
+        probability = _combined(remaining, len(detectors), config)
         existing = self._store.find_open(*key)
         if existing is None and (len(contributions) < config.min_detections or probability < config.min_confidence):
             return 0
-        category = self._category(contributions)
-        severity = max(d.severity for d, _ in contributions)
+        category = self._category_of(weights)
+        assert severity is not None  # the group holds at least the new detections
         if probability > config.escalate_above and severity < Severity.CRITICAL:
             severity = Severity(severity + 1)
-        lead = max((c for c in contributions if c[0].category is category), key=lambda c: c[1])[0]
-        detectors = sorted({d.detector for d, _ in contributions})
+        lead = leads[category][0]
         if existing is None:
             alert = Alert(
                 id=Alert.new_id(), agent_id=key[0], indicator=key[1], category=category.value, severity=int(severity),
@@ -122,7 +145,7 @@ class Correlator:
             self.alerts_updated += 1
         reason = lead.evidence.get("reason", lead.detector)
         alert.summary = (f"{alert.category} on agent {key[0]} toward {key[1]}: {reason} "
-                         f"({alert.detection_count} detections from {', '.join(detectors)})")
+                         f"({alert.detection_count} detections from {', '.join(sorted(detectors))})")
         self._channel.publish(event, alert)
         if event == "opened":
             log.info("alert opened id=%s agent=%s indicator=%s category=%s confidence=%.2f",
@@ -130,10 +153,8 @@ class Correlator:
         return 1 if event == "opened" else 0
 
     @staticmethod
-    def _category(contributions: list[tuple[Detection, float]]) -> Category:
-        weights: dict[Category, float] = {}
-        for d, p in contributions:
-            weights[d.category] = weights.get(d.category, 0.0) + p
+    def _category_of(weights: dict[Category, float]) -> Category:
+        """The heaviest specific category, else the heaviest generic one (weights: summed contributions)."""
         specific = {c: w for c, w in weights.items() if c not in _GENERIC}
         pool = specific or weights
         return max(pool, key=pool.__getitem__)

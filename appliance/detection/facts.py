@@ -22,6 +22,8 @@ from appliance.model import FlowRecord, Transport
 from appliance.native import dpi as native_dpi
 
 _OUTBOUND = 1
+_TCP = Transport.TCP
+_sample_facts = native_dpi.sample_facts
 
 
 @dataclass(slots=True)
@@ -54,8 +56,10 @@ class FlowFacts:
         if flow is self._flow:
             return self._facts
         found = None
-        if flow.transport is Transport.TCP and flow.samples:
-            found = native_dpi.sample_facts(flow.samples, self._reader)
+        if flow.transport is _TCP:
+            samples = flow.samples
+            if samples:
+                found = _sample_facts(samples, self._reader)
         if found is None:
             result = Facts()
         else:

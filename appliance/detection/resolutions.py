@@ -6,20 +6,24 @@ from StreamDnsEvents, read by the TLS detector on the analysis thread. Bounded p
 
 from __future__ import annotations
 
-import bisect
+import functools
 import ipaddress
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
+from appliance import native
 from appliance.model import DnsMessage
+from appliance.native import dpi as native_dpi
 
 _A = 1
 _AAAA = 28
 _CNAME = 5
-_MAX_TIMES = 64
-_bisect_right = bisect.bisect_right
+_MAX_TIMES = 64  # resolver_cache.h's RC_MAX_TIMES
+_observe = native_dpi.resolver_observe
+_lookup = native_dpi.resolver_lookup
 
 
 @dataclass(slots=True)
@@ -41,6 +45,9 @@ def _thin(times: list[int]) -> None:
     del times[i]
 
 
+_RESOLUTION_MAKER = native.slot_maker(native_dpi.SlotMaker, Resolution)  # how the C makes and updates them
+
+
 class ResolverCache:
     """Per agent: address -> latest resolution, and name -> latest resolution time."""
 
@@ -54,69 +61,27 @@ class ResolverCache:
     def observe(self, agent_id: str, message: DnsMessage) -> None:
         self.observe_many([(agent_id, message)])
 
-    def observe_many(self, items: Iterable[tuple[str, DnsMessage]]) -> None:
+    def observe_many(self, items: Iterable[tuple[Any, ...]]) -> None:
         """Learn from DNS responses in the order they came: a name answered with addresses (the others teach
-        nothing). Called for every answer the agents' resolvers returned, so lean: one lock per call, and a
-        known address's Resolution updated in place (readers use what `lookup` returned at once)."""
+        nothing). Items are tuples whose first two fields are (agent_id, DnsMessage) (a DNS batch's items as
+        record_codec.decode_dns gives them will do). Called for every answer the agents' resolvers returned,
+        so in C (native resolver_cache.h, the twin of tests' resolutions_reference.py): one lock per call, and
+        a known address's Resolution updated in place (readers use what `lookup` returned at once)."""
         with self._lock:
-            for agent_id, message in items:
-                if not message.is_response or not message.answers or not message.qname:
-                    continue
-                qname = message.qname
-                names = [qname]
-                addresses: list[tuple[str, int]] = []
-                for answer in message.answers:
-                    rtype = answer.rtype
-                    if rtype == _CNAME:
-                        if answer.data not in names:
-                            names.append(answer.data)
-                    elif rtype == _A or rtype == _AAAA:
-                        addresses.append((answer.data, answer.ttl))
-                if not addresses:
-                    continue
-                ts = message.timestamp_ns
-                chain = tuple(names)
-                self.responses_seen += 1
-                by_ip = self._by_ip.get(agent_id)
-                if by_ip is None:
-                    by_ip = self._by_ip[agent_id] = {}
-                by_name = self._by_name.get(agent_id)
-                if by_name is None:
-                    by_name = self._by_name[agent_id] = {}
-                for address, ttl in addresses:
-                    old = by_ip.pop(address, None)  # re-insert to keep insertion order = recency
-                    if old is None:
-                        by_ip[address] = Resolution(qname, chain, ts, ttl, [ts])
-                        continue
-                    times = old.times
-                    if abs(ts - times[-1]) > 1_000_000_000:
-                        bisect.insort(times, ts)
-                        if len(times) > _MAX_TIMES:
-                            _thin(times)
-                    old.name, old.names, old.ttl_s = qname, chain, ttl
-                    if ts > old.seen_ns:
-                        old.seen_ns = ts
-                    by_ip[address] = old
-                for name in chain:
-                    first = by_name.pop(name, ts)  # name -> first time seen (bounded by recency of use)
-                    by_name[name] = first if first < ts else ts
-                while len(by_ip) > self._max:
-                    del by_ip[next(iter(by_ip))]
-                while len(by_name) > self._max:
-                    del by_name[next(iter(by_name))]
+            self.responses_seen += _observe(items, self._by_ip, self._by_name, self._max, _RESOLUTION_MAKER, _thin)
 
-    def lookup(self, agent_id: str, address: str, at_ns: int, window_s: float, slack_s: float = 2.0) -> Resolution | None:
-        """The resolution of `address` by this agent valid at `at_ns` (seen before it, within window or TTL)."""
-        by_ip = self._by_ip.get(agent_id)  # no empty dict made per call: the TLS detector asks for every flow
-        hit = by_ip.get(address) if by_ip is not None else None
-        if hit is None:
-            return None
-        times = hit.times
-        i = _bisect_right(times, at_ns + int(slack_s * 1e9))
-        if i == 0:
-            return None
-        age_s = (at_ns - times[i - 1]) / 1e9
-        return hit if age_s <= window_s or age_s <= hit.ttl_s else None
+    def lookup(self, agent_id: str, address: str | int, at_ns: int, window_s: float,
+               slack_s: float = 2.0) -> Resolution | None:
+        """The resolution of `address` by this agent valid at `at_ns` (seen before it, within window or TTL):
+        the latest time seen up to `slack_s` after `at_ns` is at most max(window_s, its TTL) old. `address`: a
+        str, or an IPv4 address as an int (FlowRecord.remote_ip: model.ip_str's text is looked up). In C (the
+        TLS detector asks for every TCP flow)."""
+        return _lookup(self._by_ip, _RESOLUTION_MAKER, agent_id, address, at_ns, window_s, slack_s)
+
+    def lookup_function(self) -> Callable[..., Resolution | None]:
+        """`lookup` as one C call with no Python frame, for a caller that asks for every flow (the TLS detector):
+        (agent_id, address, at_ns, window_s[, slack_s])."""
+        return functools.partial(_lookup, self._by_ip, _RESOLUTION_MAKER)
 
     def name_resolved(self, agent_id: str, name: str, at_ns: int, window_s: float, slack_s: float = 2.0) -> bool:
         first = self._by_name.get(agent_id, {}).get(name)

@@ -39,6 +39,8 @@
  *     RegisteredDomains.split: registered domains by the public suffix list's rules (suffix_split.h).
  * BehaviourCore
  *     The behaviour layer's per-flow accounting (behaviour_tally.h, the twin of behaviour_reference.py).
+ * resolver_observe, resolver_lookup
+ *     ResolverCache.observe_many and .lookup (resolver_cache.h, the twin of resolutions_reference.py).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -199,6 +201,7 @@ static PyObject *label_features(PyObject *module, PyObject *const *args, Py_ssiz
 #include "behaviour_tally.h"
 #include "signature_scan.h"
 #include "name_model.h"
+#include "resolver_cache.h"
 
 static PyObject *ascii_text(const char *text, size_t len)
 {
@@ -896,6 +899,12 @@ static PyMethodDef dpi_functions[] = {
      "dns_first_hits(out, step, flow, messages, (offset, type_memo, code_memo, query_alive, name_memo, miss, match, entries, "
      "prefilters)) "
      "-> None, (step, rule, first message) appended to out: the signature layer's DNS scan loop (signature_scan.h)."},
+    {"resolver_observe", (PyCFunction)(void (*)(void))resolver_observe, METH_FASTCALL,
+     "resolver_observe(items, by_ip, by_name, max_per_agent, maker, thin) -> responses learned: "
+     "ResolverCache.observe_many (resolver_cache.h)."},
+    {"resolver_lookup", (PyCFunction)(void (*)(void))resolver_lookup, METH_FASTCALL,
+     "resolver_lookup(by_ip, maker, agent_id, address, at_ns, window_s[, slack_s=2.0]) -> Resolution | None: "
+     "ResolverCache.lookup (resolver_cache.h)."},
     {"shannon_entropy", shannon_entropy, METH_O,
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},
     {NULL, NULL, 0, NULL},
@@ -916,6 +925,8 @@ static int dpi_exec(PyObject *module)
     if (PyType_Ready(&SlotMakerType) < 0 || PyModule_AddObjectRef(module, "SlotMaker", (PyObject *)&SlotMakerType) < 0)
         return -1;
     if (dnsw_init(module) < 0)
+        return -1;
+    if (rc_init(module) < 0)
         return -1;
     return bhv_init(module) < 0 ? -1 : nm_init(module);
 }

@@ -55,3 +55,32 @@ def test_detection_filter_suppresses_and_counts():
     pipeline = AnalysisPipeline([Layer()], None, detection_filter=lambda d: False)
     assert pipeline.process(flow()) == []
     assert pipeline.detections_suppressed == 1 and pipeline.detections_generated == 0
+
+
+class Watcher:
+    name = "watcher"
+
+    def __init__(self, log):
+        self.log = log
+
+    def analyze(self, f):
+        return []
+
+    def observe_dns(self, agent_id, message):
+        self.log.append(("event", agent_id, message))
+
+
+def test_dns_items_reach_the_answers_and_the_event_watchers_in_their_order():
+    log = []
+    pipeline = AnalysisPipeline([Watcher(log)])
+    observe = lambda items: log.append(("answers", [(item[0], item[1]) for item in items]))  # noqa: E731
+    pipeline.observe_dns_items([("a", "m1", False), ("b", "m2", False)], observe)  # answers only: one run
+    assert log == [("answers", [("a", "m1"), ("b", "m2")])]
+    log.clear()
+    pipeline.observe_dns_items([("a", "m1", False), ("a", "e1", True), ("b", "e2", True), ("b", "m2", False),
+                                ("c", "m3", False)], observe)
+    assert log == [("answers", [("a", "m1")]), ("event", "a", "e1"), ("event", "b", "e2"),
+                   ("answers", [("b", "m2"), ("c", "m3")])]
+    log.clear()
+    pipeline.observe_dns_items([], observe)
+    assert log == []

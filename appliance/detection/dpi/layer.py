@@ -16,6 +16,8 @@ from appliance.detection.facts import FlowFacts
 from appliance.detection.resolutions import ResolverCache
 from appliance.model import Detection, DnsMessage, FlowRecord, Transport
 
+_TCP, _UDP, _ICMP = Transport.TCP, Transport.UDP, Transport.ICMP
+
 
 class DpiLayer:
     """Protocol analysis of finished flows; also takes resolver events to learn resolutions."""
@@ -35,26 +37,30 @@ class DpiLayer:
         self.http = HttpAnalyzer()
 
     def analyze(self, flow: FlowRecord) -> list[Detection]:
-        config = self._config.current
+        # Every analyzer returns a list of its own (new per call): it is extended here, not copied.
         transport = flow.transport
-        if transport is Transport.UDP:
+        if transport is _TCP:  # TLS flows first: the most of any corpus
+            config = self._config.current
+            if flow.dns:
+                out = self.dns.analyze(flow, config)
+                facts = self._facts.facts(flow)
+                out.extend(self.tls.analyze(flow, facts, config))
+            else:
+                facts = self._facts.facts(flow)
+                out = self.tls.analyze(flow, facts, config)
+            if facts.http_requests:
+                out.extend(self.http.analyze(flow, facts, config))
+            return out
+        if transport is _UDP:
             if not flow.dns:
                 return []
+            config = self._config.current
             found = self.dns.analyze(flow, config)
             if flow.remote_port == 53:
                 found.extend(self.dga.analyze(flow, config))
             return found
-        if transport is Transport.TCP:
-            out: list[Detection] = []
-            if flow.dns:
-                out.extend(self.dns.analyze(flow, config))
-            facts = self._facts.facts(flow)
-            out.extend(self.tls.analyze(flow, facts, config))
-            if facts.http_requests:
-                out.extend(self.http.analyze(flow, facts, config))
-            return out
-        if transport is Transport.ICMP:
-            return self.icmp.analyze(flow, config)
+        if transport is _ICMP:
+            return self.icmp.analyze(flow, self._config.current)
         return []
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None:

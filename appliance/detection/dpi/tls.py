@@ -17,6 +17,7 @@ from appliance.detection.resolutions import ResolverCache, is_private
 from appliance.model import Category, Detection, FlowRecord, Severity, Transport, ip_str
 
 _NS = 1_000_000_000
+_TCP = Transport.TCP
 # Certificate findings that say the server is not who a public service would be; the rest are weaker hints.
 _MEDIUM = frozenset({"dpi.tls.cert_self_signed", "dpi.tls.cert_unknown_issuer", "dpi.tls.cert_expired",
                      "dpi.tls.cert_sni_mismatch"})
@@ -63,32 +64,38 @@ class TlsAnalyzer:
         self._anchors = anchors
         self._throttle = Throttle()
         self.prevalence = FingerprintPrevalence()
+        self._lookup = resolver.lookup_function()  # asked for every TCP flow
+        self._observe_fingerprint = self.prevalence.observe
 
     def analyze(self, flow: FlowRecord, facts: Facts, config: AnalysisConfig) -> list[Detection]:
-        if flow.transport is not Transport.TCP or flow.packets_out == 0:
+        if flow.transport is not _TCP or flow.packets_out == 0:
             return []
         c = config.tls
         tls = facts.tls
+        agent_id, first_ns = flow.agent_id, flow.first_ns
         rare = False
         if tls is None:
             if flow.remote_port not in c.ports:
                 return []
-        elif tls.ja4:
-            rarity = self.prevalence.observe(flow.agent_id, tls.ja4, flow.first_ns)
-            if rarity is not None:
-                others, watched_s, handshakes = rarity
-                rare = (others <= c.rare_max_fleet_agents and watched_s >= c.rare_learning_s
-                        and handshakes >= c.rare_min_handshakes)
-        address = ip_str(flow.remote_ip)  # flow.remote_addr without the property's Python frame (every TCP flow)
+        else:
+            ja4 = tls.ja4
+            if ja4:
+                rarity = self._observe_fingerprint(agent_id, ja4, first_ns)
+                if rarity is not None:
+                    others, watched_s, handshakes = rarity
+                    rare = (others <= c.rare_max_fleet_agents and watched_s >= c.rare_learning_s
+                            and handshakes >= c.rare_min_handshakes)
         hello = facts.client_hello
         sni = hello.sni if hello is not None else ""
-        resolution = self._resolver.lookup(flow.agent_id, address, flow.first_ns, c.resolution_window_s)
+        # Asked with the address as an int: the C writes its text (ip_str's) only to look it up.
+        resolution = self._lookup(agent_id, flow.remote_ip, first_ns, c.resolution_window_s)
         # Decide first: most flows raise nothing, and the evidence below costs more than the tests. Most are
         # resolved, their SNI among the names (or none), not rare, no chain in clear: nothing to raise whether
         # the address is private or not, so that test waits.
         if resolution is not None and not rare and (tls is None or not tls.certificates) and (
                 not sni or sni in resolution.names):
             return []
+        address = ip_str(flow.remote_ip)  # flow.remote_addr without the property's Python frame
         if c.ignore_private and is_private(address):
             return []
         mismatch = resolution is not None and bool(sni) and sni not in resolution.names and self._unbacked(

@@ -1,12 +1,14 @@
-"""ResolverCache.observe as it was before observe_many (one message per call, a new Resolution per address):
-the reference tests/appliance/detection/test_resolutions.py holds the cache equal to."""
+"""ResolverCache.observe as it was before observe_many (one message per call, a new Resolution per address),
+and ResolverCache.lookup as it was in Python: the reference tests/appliance/detection/test_resolutions.py and
+tests/appliance/native/test_resolver_cache.py hold the cache (observe_many and lookup in C, resolver_cache.h)
+equal to."""
 
 from __future__ import annotations
 
 import bisect
 
 from appliance.detection.resolutions import _A, _AAAA, _CNAME, _MAX_TIMES, Resolution, ResolverCache, _thin
-from appliance.model import DnsMessage
+from appliance.model import DnsMessage, ip_str
 
 
 class ResolverCacheReference(ResolverCache):
@@ -43,3 +45,21 @@ class ResolverCacheReference(ResolverCache):
                 del by_ip[next(iter(by_ip))]
             while len(by_name) > self._max:
                 del by_name[next(iter(by_name))]
+
+    def lookup(self, agent_id: str, address: str | int, at_ns: int, window_s: float,
+               slack_s: float = 2.0) -> Resolution | None:
+        if isinstance(address, int):  # as the TLS detector rendered the flow's address before asking
+            address = ip_str(address)
+        by_ip = self._by_ip.get(agent_id)
+        hit = by_ip.get(address) if by_ip is not None else None
+        if hit is None:
+            return None
+        times = hit.times
+        i = bisect.bisect_right(times, at_ns + int(slack_s * 1e9))
+        if i == 0:
+            return None
+        age_s = (at_ns - times[i - 1]) / 1e9
+        return hit if age_s <= window_s or age_s <= hit.ttl_s else None
+
+    def lookup_function(self):  # type: ignore[no-untyped-def]
+        return self.lookup

@@ -6,6 +6,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from appliance.detection.alert import Alert
 from appliance.detection.alert_store import AlertStore
 from appliance.detection.database import DetectionDatabase
@@ -108,3 +110,70 @@ def test_a_batched_store_sees_triage_from_another_connection_at_the_next_round(t
     assert store.find_open("agent-1", "203.0.113.1") is None
     assert store.find_open("agent-1", "203.0.113.2") is None
     db.close()
+
+
+def _rows(path: Path) -> list[tuple]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT * FROM alerts ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("remembered", [4, 100_000])
+def test_a_batched_store_writes_each_alert_once_per_round_leaving_the_rows_saving_each_would(tmp_path: Path, monkeypatch,
+                                                                                             remembered: int) -> None:
+    """The correlator saves a busy alert once per detection; the analysis process's store writes it once per
+    round, as last saved, and the rows after each commit are the ones writing every save would leave. Any
+    statement of the store before the commit (a read, triage, the active count) sees the saves first, and so
+    does find_open when its memory of open alerts is full and starts again."""
+    import random
+
+    from appliance.detection import alert_store
+
+    monkeypatch.setattr(alert_store, "_OPEN_REMEMBERED", remembered)
+    rng = random.Random(5)
+    each_db, batched_db = DetectionDatabase(tmp_path / "each.db"), DetectionDatabase(tmp_path / "batched.db")
+    each, batched = AlertStore(each_db), AlertStore(batched_db, batched=True)
+    statements: list[str] = []
+    batched_db.conn.set_trace_callback(statements.append)
+    opened: list[Alert] = []
+    for round_ in range(40):
+        statements.clear()
+        saves = 0
+        for _ in range(rng.randint(0, 12)):
+            if not opened or rng.random() < 0.3:
+                new = alert(len(opened))
+                new.detections = [{"id": f"d{len(opened)}-0", "n": 0}]
+                opened.append(new)
+                event, saved = "opened", new
+            else:
+                chosen = rng.choice(opened)
+                saved = Alert(*(getattr(chosen, f) for f in Alert.__slots__))  # the correlator's copy
+                saved.detections = [*saved.detections, {"id": f"d{saved.id}-{round_}-{saves}", "n": saves}]
+                saved.detection_count += 1
+                saved.last_ns += rng.randint(1, 9)
+                saved.summary = f"round {round_}"
+                saved.updated_at += 1
+                opened[opened.index(chosen)] = saved
+                event = "updated"
+            saves += 1
+            asked = rng.choice(opened + [alert(999)])  # the correlator asks before it saves
+            assert batched.find_open(asked.agent_id, asked.indicator) == each.find_open(asked.agent_id, asked.indicator)
+            each.save(event, saved)
+            batched.save(event, saved)
+        if rng.random() < 0.2 and opened:  # a statement inside the round sees every save before it
+            assert batched.get(opened[-1].id) == each.get(opened[-1].id)
+            assert batched.active == each.active
+        batched.commit()
+        assert _rows(tmp_path / "batched.db") == _rows(tmp_path / "each.db")
+        written = [s for s in statements if s.startswith(("INSERT", "UPDATE"))]
+        if remembered > 4:  # (a full memory of open alerts writes the saves so far, to start again)
+            assert len(written) <= len({a.id for a in opened}) and len(written) <= saves
+    assert batched.active == each.active == len(opened)
+    batched.set_status(opened[0].id, "Resolved")  # triage mid-round: the pending update lands first, status stays
+    update = Alert(*(getattr(opened[1], f) for f in Alert.__slots__))
+    update.summary = "after triage"
+    batched.save("updated", update)
+    batched.set_status(opened[1].id, "Investigating")
+    batched.commit()
+    assert batched.get(opened[1].id).summary == "after triage" and batched.get(opened[1].id).status == "Investigating"
+    each_db.close()
+    batched_db.close()

@@ -150,6 +150,31 @@ def test_ping_patterns():
     assert not is_ping_pattern(b"whoami /all & net user & ipconfig /all")
 
 
+def test_ping_patterns_are_what_the_byte_at_a_time_reference_says():
+    from tests.appliance.detection.icmp_reference import is_ping_pattern_reference
+
+    rng = random.Random(7)
+    windows = b"abcdefghijklmnopqrstuvw"
+    cases = [b"", b"x" * 16, windows[:17], windows * 3, windows * 3 + b"a", windows * 3 + b"x", (windows * 3)[:-1] + b"x"]
+    for _ in range(3000):
+        n = rng.choice([8, 17, 23, 24, 40, 56, 255, 256, 257, 600, 1400])
+        start = rng.randrange(256)
+        ramp = bytes((start + i) & 0xFF for i in range(n))
+        data = bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 8, 16]))) + ramp  # a timestamp, then the ramp
+        if rng.random() < 0.5:  # one byte off, anywhere (the last, across a wrap, in the stamp)
+            i = rng.randrange(len(data))
+            data = data[:i] + bytes([(data[i] + rng.choice([1, 255, 128])) & 0xFF]) + data[i + 1 :]
+        cases.append(data)
+        periodic = (bytes(rng.getrandbits(8) for _ in range(rng.choice([1, 2, 4, 8, 16, 3]))) * 90)[:n]
+        if rng.random() < 0.5:
+            i = rng.randrange(len(periodic))
+            periodic = periodic[:i] + bytes([periodic[i] ^ 1]) + periodic[i + 1 :]
+        cases.append(bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 8, 16]))) + periodic)
+    for data in cases:
+        assert is_ping_pattern(data) == is_ping_pattern_reference(data), data
+    assert {is_ping_pattern(d) for d in cases} == {True, False}
+
+
 def test_an_update_does_not_undo_a_triage_change_made_meanwhile(correlation):
     correlator, store, _ = correlation
     correlator.correlate([det("dpi.x", 0.7, 0), det("dpi.y", 0.7, 1)])
