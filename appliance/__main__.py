@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         appliance = build(settings)
         appliance.start()
         tune_garbage_collector()
+        appliance.pin_cpus()
     except ApplianceError as err:
         print(f"appliance: cannot start:\n{err}", file=sys.stderr)
         return 2

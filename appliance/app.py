@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from appliance import __version__, cluster
+from appliance import __version__, cluster, cpus
 from appliance.agent_registry import AgentRegistry
 from appliance.artifacts import CA_FILE, ArtifactStore
 from appliance.export import JsonLinesExporter
@@ -128,6 +128,7 @@ class Appliance:
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     stream_gate: StreamAuthorizer | None = None  # certificate binding and revocation (enrollment)
+    _cpus_before: set[int] | None = None  # this process's CPUs before pin_cpus(), restored by stop()
 
     def start(self) -> None:
         s = self.settings
@@ -185,6 +186,27 @@ class Appliance:
         while not self._stop.wait(self.settings.analysis.sweep_interval):
             self.tracker.sweep()
 
+    def pin_cpus(self) -> dict[str, list[int]] | None:
+        """`analysis.pin_cpus`: the analysis process on a CPU of its own, this process's threads on the
+        others (`python -m appliance`, after start). The plan applied, or None when there is nothing to
+        split (no analysis process, fewer than two usable CPUs) or the system refuses (logged)."""
+        if not (self.settings.analysis.pin_cpus and isinstance(self.analysis, AnalysisProcess)):
+            return None
+        before = cpus.process_cpus()
+        plan = cpus.split_cpus(before)
+        if plan is None:
+            return None
+        server, analysis = plan
+        try:
+            self.analysis.pin(analysis)
+            cpus.pin_process(0, server)
+        except OSError as err:
+            log.warning("analysis.pin_cpus: not applied (%s); the kernel places both processes", err)
+            return None
+        self._cpus_before = before
+        log.info("CPUs: server %s, analysis process %s", sorted(server), sorted(analysis))
+        return {"server": sorted(server), "analysis": sorted(analysis)}
+
     def stop(self) -> None:
         """Stop accepting, flush every flow through analysis, close."""
         self._stop.set()
@@ -205,6 +227,9 @@ class Appliance:
             self.watcher.stop()
         if self.detection_db is not None:
             self.detection_db.close()
+        if self._cpus_before is not None:  # an embedding process (a test, a bench) gets its CPUs back
+            cpus.pin_process(0, self._cpus_before)
+            self._cpus_before = None
 
 
 @dataclass
@@ -355,7 +380,7 @@ def build(settings: Settings) -> Appliance:
         "analysis_queue_dropped": lambda: analysis.flows_dropped,
         "analysis_dropped_by_agent": lambda: dict(analysis.dropped_by_agent),
         "analysis_errors": lambda: analysis.counter("analysis_errors"),
-        "analysis_worker": lambda: {"cluster": {}, "frames_refused": 0, "signature_rules": 0, "signature_reloads": 0,
+        "analysis_worker": lambda: {"cluster": {}, "frames_refused": 0, "signature_rules": 0, "signature_reloads": 0, "cpus": [],
                                     **analysis.status()},  # cluster: a cluster role's Redis counters
         "detections_generated": lambda: analysis.counter("detections_generated"),
         "detections_suppressed": lambda: analysis.counter("detections_suppressed"),

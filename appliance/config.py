@@ -139,6 +139,9 @@ class AnalysisSettings(_Section):
     # want one core, ingestion goes first (an agent's buffer is finite, a lost packet is lost) and analysis
     # catches up from its queue (`limits.analysis_queue`).
     nice: Annotated[int, Field(ge=0, le=19)] = 5
+    # With `worker: process` and two or more usable CPUs: the analysis process on the last one, the server's
+    # threads on the others (`python -m appliance` applies it after start; appliance/cpus.py says why).
+    pin_cpus: bool = True
     sweep_interval: Annotated[float, Field(gt=0, le=60)] = 1.0
     # Detector tuning lives in the persisted analysis config (GET/POST /api/v1/config); these
     # values only seed it the first time the appliance starts.

@@ -37,6 +37,7 @@ from typing import Any
 from appliance.analysis.channel import CONTROL, DNS, FLOWS, STATS, Channel, ChannelClosed
 from appliance.analysis.fair_queue import QueuedHandOff
 from appliance.config import Settings
+from appliance.cpus import pin_process
 from appliance.flows import record_codec
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class AnalysisProcess(QueuedHandOff):
         self.restarts = 0
         self.flows_lost = 0  # flows a dying process held (sent, never analysed)
         self._backoff = RESTART_BACKOFF[0]
+        self._cpus: set[int] = set()  # the CPUs the process is pinned to (pin()); empty: wherever the kernel puts it
 
     # -- producers (the tracker, the gRPC streams: never block) ------------------------------------
     def reload(self) -> None:
@@ -98,7 +100,7 @@ class AnalysisProcess(QueuedHandOff):
                 "dns_dropped": self.dns_dropped, "flows_not_analysed": 0,
                 "frames_refused": self._base.get("frames_refused", 0) + int(self._stats.get("frames_refused", 0)),
                 "signature_rules": int(self._stats.get("signature_rules", 0)),
-                "signature_reloads": int(self._stats.get("signature_reloads", 0))}
+                "signature_reloads": int(self._stats.get("signature_reloads", 0)), "cpus": sorted(self._cpus)}
 
     # -- life cycle -----------------------------------------------------------------------------
     def spawn(self) -> None:
@@ -120,6 +122,11 @@ class AnalysisProcess(QueuedHandOff):
             proc.stdin.close()
         except OSError:  # it died at once: the receiver notices and restarts it
             pass
+        if self._cpus:
+            try:  # its threads start later, from this one, and inherit the set
+                pin_process(proc.pid, self._cpus)
+            except OSError as err:  # it died at once (the receiver restarts it), or a filter refuses
+                log.warning("analysis process pid=%d not pinned to CPUs %s: %s", proc.pid, sorted(self._cpus), err)
         self._proc, self._channel = proc, channel
         self._generation += 1
         self._ready = False
@@ -127,6 +134,14 @@ class AnalysisProcess(QueuedHandOff):
         self._drain_sent = 0
         self._reload_wanted = False  # a new process reads everything at start
         log.info("analysis process started pid=%d", proc.pid)
+
+    def pin(self, cpus: set[int]) -> None:
+        """Run the analysis process, and every one started after it, on `cpus` (OSError when not allowed)."""
+        with self._cond:
+            proc = self._proc
+            if proc is not None and proc.poll() is None:
+                pin_process(proc.pid, cpus)
+            self._cpus = set(cpus)
 
     def start(self) -> None:
         if self._proc is None:

@@ -50,6 +50,7 @@ class AnalysisWorkerStatus(BaseModel):
     # is the server's own engine, which serves /api/v1/rules): 0 where this node does not analyse.
     signature_rules: int = 0
     signature_reloads: int = 0  # good reloads since analysis started (a restarted process counts from 0)
+    cpus: list[int] = []  # the CPUs the analysis process is pinned to (analysis.pin_cpus); empty: not pinned
     cluster: dict[str, int] = {}  # cluster roles: what this node did with Redis (README, "Cluster")
 
 

@@ -130,11 +130,12 @@ def test_systemd_analyze_does_object_to_a_bad_key(tmp_path: Path) -> None:
     assert any(str(copy) in line for line in done.stderr.splitlines())
 
 
-def test_the_appliance_unit_lets_the_analysis_process_lower_its_priority_and_nothing_more() -> None:
-    """analysis.nice calls setpriority in the analysis process; under the unit's filter a call it denies kills the
-    process (SIGSYS), so the filter must allow setpriority and still deny the rest of @resources; without
-    capabilities setpriority can only lower a priority."""
+def test_the_appliance_unit_lets_it_lower_priority_and_place_its_processes_and_nothing_more() -> None:
+    """analysis.nice calls setpriority in the analysis process and analysis.pin_cpus sched_setaffinity in the
+    server; under the unit's filter a call it denies kills the process (SIGSYS), so the filter must allow both and
+    still deny the rest of @resources; without capabilities setpriority can only lower a priority and
+    sched_setaffinity only choose among the CPUs the unit was given."""
     lines = [line.split("=", 1)[1] for line in (ROOT / "systemd" / "sensor-appliance.service").read_text().splitlines()
              if line.startswith("SystemCallFilter=")]
-    assert lines == ["@system-service", "~@privileged @resources", "setpriority"]
+    assert lines == ["@system-service", "~@privileged @resources", "setpriority sched_setaffinity"]
     assert service("sensor-appliance.service")["CapabilityBoundingSet"] == ""

@@ -77,6 +77,47 @@ def test_the_analysis_process_yields_the_cpu_to_ingestion(in_process: Any) -> No
     assert os.getpriority(os.PRIO_PROCESS, pid) == min(os.getpriority(os.PRIO_PROCESS, 0) + 7, 19)
 
 
+def thread_cpus(pid: int) -> list[set[int]]:
+    return [os.sched_getaffinity(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
+def test_the_analysis_process_gets_a_cpu_of_its_own_and_keeps_it_across_a_restart(tmp_path: Path) -> None:
+    """`analysis.pin_cpus` (the default; `python -m appliance` applies it after start): the analysis process on the
+    last usable CPU, every thread of the server on the others; a restarted analysis process lands on the same CPU;
+    stop() gives an embedding process its CPUs back."""
+    usable = os.sched_getaffinity(0)
+    analysis_cpu, server_cpus = {max(usable)}, usable - {max(usable)}
+    running = start_detecting(tmp_path, analysis={"worker": "process"})
+    try:
+        pid = wait_for(lambda: metrics(running)["analysis_worker"]["running"] and metrics(running)["analysis_worker"]["pid"])
+        assert all(cpus == usable for cpus in thread_cpus(pid))  # nothing pinned until asked
+        assert running.app.pin_cpus() == {"server": sorted(server_cpus), "analysis": sorted(analysis_cpu)}
+        assert all(cpus == analysis_cpu for cpus in thread_cpus(pid))
+        assert all(cpus == server_cpus for cpus in thread_cpus(os.getpid()))
+        assert metrics(running)["analysis_worker"]["cpus"] == sorted(analysis_cpu)
+        sent = sc.stream(running.stub(), sc.benign_office(0, minutes=2))  # threads gRPC starts now inherit the server's set
+        assert sent > 0 and all(cpus == server_cpus for cpus in thread_cpus(os.getpid()))
+        os.kill(pid, signal.SIGKILL)
+        again = wait_for(lambda: (m := metrics(running)["analysis_worker"])["running"] and m["restarts"] == 1 and m["pid"],
+                         what="the restarted analysis process")
+        assert again != pid and all(cpus == analysis_cpu for cpus in thread_cpus(again))
+        sc.stream(running.stub(), sc.iodine_tunnel())
+        assert "DnsTunneling" in [a["category"] for a in alerts_of(running)]  # the pinned process analyses
+    finally:
+        running.app.stop()
+    assert all(cpus == usable for cpus in thread_cpus(os.getpid()))
+
+
+def test_with_pin_cpus_off_the_kernel_places_both_processes(in_process: Any) -> None:
+    running = in_process(analysis={"pin_cpus": False})
+    pid = wait_for(lambda: metrics(running)["analysis_worker"]["running"] and metrics(running)["analysis_worker"]["pid"])
+    assert running.app.pin_cpus() is None
+    usable = os.sched_getaffinity(0)
+    assert all(cpus == usable for cpus in thread_cpus(pid) + thread_cpus(os.getpid()))
+    assert metrics(running)["analysis_worker"]["cpus"] == []
+
+
 def test_rest_changes_reach_the_analysis_process_without_a_restart(in_process: Any) -> None:
     running = in_process()
     status, body = running.rest.post("/api/v1/whitelist", {"value": "tunnel-example.net", "comment": "lab"})
@@ -198,8 +239,9 @@ def test_a_full_queue_drops_and_counts_per_agent_without_blocking_streams(in_pro
 
 @pytest.mark.slow
 def test_sigterm_analyses_every_open_flow_before_the_entry_point_exits(tmp_path: Path) -> None:
-    """`python -m appliance` (analysis process, the default): flows still open at SIGTERM are flushed
-    through the analysis process and their alert is in SQLite when the server has exited."""
+    """`python -m appliance` (analysis process, the default): the analysis process runs on a CPU of its own and
+    the server on the others; flows still open at SIGTERM are flushed through the analysis process and their
+    alert is in SQLite when the server has exited."""
     import json
     import queue
     import re
@@ -251,6 +293,10 @@ paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_di
         wait_for(lambda: received() == len(tunnel.packets), what="the server to read every packet")
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
         assert children, "no analysis process under the server"
+        usable = os.sched_getaffinity(0)
+        if len(usable) >= 2:  # analysis.pin_cpus, applied by the entry point after start
+            assert all(cpus == {max(usable)} for cpus in thread_cpus(int(children[0])))
+            assert all(cpus == usable - {max(usable)} for cpus in thread_cpus(proc.pid))
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, proc.stdout.read() if proc.stdout else ""
         hold.put(None)
