@@ -1,6 +1,8 @@
 """Detection benchmark: flows/s through the whole analysis pipeline (DPI, the shipped signature rules,
 behaviour, exclusions, correlation, alert store) on the scenario corpus mix, and end-to-end
-packets/s over gRPC with analysis on against ingestion alone. Medians of several rounds.
+packets/s over gRPC with analysis on against ingestion alone, until every flow is analysed. Medians of
+several rounds. The analysis process is placed as `python -m appliance` places it (a CPU of its own);
+ingestion alone runs both as the kernel places it and on the server's CPUs, and the better is the baseline.
 
 The corpus is the test scenario generator's: 20 office agents x 30 minutes of event time plus
 every attack scenario, so a realistic few alerts are opened and updated while it runs.
