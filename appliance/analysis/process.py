@@ -138,10 +138,17 @@ class AnalysisProcess(QueuedHandOff):
     def pin(self, cpus: set[int]) -> None:
         """Run the analysis process, and every one started after it, on `cpus` (OSError when not allowed)."""
         with self._cond:
-            proc = self._proc
-            if proc is not None and proc.poll() is None:
-                pin_process(proc.pid, cpus)
             self._cpus = set(cpus)
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                return  # the next one is pinned as it starts
+            try:
+                pin_process(proc.pid, cpus)
+            except (FileNotFoundError, ProcessLookupError):  # it just died: the next one is pinned as it starts
+                pass
+            except OSError:
+                self._cpus = set()
+                raise
 
     def start(self) -> None:
         if self._proc is None:

@@ -109,6 +109,26 @@ def test_the_analysis_process_gets_a_cpu_of_its_own_and_keeps_it_across_a_restar
     assert all(cpus == usable for cpus in thread_cpus(os.getpid()))
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
+def test_when_the_system_refuses_to_pin_it_says_so_and_analysis_goes_on(
+        in_process: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A system call filter that answers EPERM to sched_setaffinity (a unit without the shipped allowance)."""
+    import appliance.cpus
+
+    def refused(pid: int, cpus: Any) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    running = in_process()
+    wait_for(lambda: metrics(running)["analysis_worker"]["running"], what="the analysis process to be ready")
+    monkeypatch.setattr(appliance.cpus.os, "sched_setaffinity", refused)
+    assert running.app.pin_cpus() is None
+    assert "analysis.pin_cpus: not applied" in caplog.text
+    assert metrics(running)["analysis_worker"]["cpus"] == []
+    monkeypatch.undo()
+    sc.stream(running.stub(), sc.iodine_tunnel())
+    assert [a["category"] for a in alerts_of(running)] == ["DnsTunneling"]
+
+
 def test_with_pin_cpus_off_the_kernel_places_both_processes(in_process: Any) -> None:
     running = in_process(analysis={"pin_cpus": False})
     pid = wait_for(lambda: metrics(running)["analysis_worker"]["running"] and metrics(running)["analysis_worker"]["pid"])
