@@ -192,7 +192,7 @@ class Appliance:
         split (no analysis process, fewer than two usable CPUs) or the system refuses (logged)."""
         if not (self.settings.analysis.pin_cpus and isinstance(self.analysis, AnalysisProcess)):
             return None
-        before = cpus.process_cpus()
+        before = os.sched_getaffinity(0)
         plan = cpus.split_cpus(before)
         if plan is None:
             return None

@@ -43,7 +43,3 @@ def pin_process(pid: int, cpus: set[int]) -> None:
                 pass
         done |= tids
 
-
-def process_cpus(pid: int = 0) -> set[int]:
-    """The CPUs process `pid`'s main thread may run on (0: this process)."""
-    return os.sched_getaffinity(pid)

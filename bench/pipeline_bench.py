@@ -16,6 +16,7 @@ and var/bench/pipeline.json.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import statistics
 import sys
@@ -126,7 +127,7 @@ def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int
         app.start()
         tune_garbage_collector()  # as `python -m appliance` does after start-up
         app.pin_cpus()
-        before = cpus.process_cpus()
+        before = os.sched_getaffinity(0)
         if server_cpus:
             cpus.pin_process(0, server_cpus)
         try:
@@ -268,9 +269,9 @@ def main() -> None:
     hello_line = ("TLS hellos + JA4/JA3/JA4S per flow, C vs the Python reference (same run): " + ", ".join(
         f"{kind} {c['c']:.1f} vs {c['python']:.1f} us ({c['python'] / c['c']:.1f}x)" for kind, c in hellos.items()))
     print(hello_line, flush=True)
-    from appliance.cpus import process_cpus, split_cpus
+    from appliance.cpus import split_cpus
 
-    split = split_cpus(process_cpus())
+    split = split_cpus(os.sched_getaffinity(0))
     kinds = {"off": ("off", None), "off_pinned": ("off", split[0] if split else None), "process": ("process", None),
              "thread": ("thread", None)}
     rates: dict[str, list[float]] = {kind: [] for kind in kinds}

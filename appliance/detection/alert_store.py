@@ -131,6 +131,11 @@ class AlertStore:
                 self._write_pending()
             yield
 
+    def _flush(self) -> None:
+        """Write the batched saves now (under the lock), so that a count or a look-up sees them."""
+        with self._locked():
+            pass
+
     def _write_pending(self) -> None:
         pending, self._pending = self._pending, {}
         for event, alert in pending.values():
@@ -152,8 +157,7 @@ class AlertStore:
     def active(self) -> int:
         """Alerts not Resolved or FalsePositive."""
         if self._pending:  # the batched saves move the count as they are written
-            with self._locked():
-                pass
+            self._flush()
         if self._shared:
             version = self._data_version()
             if version != self._version:
@@ -242,8 +246,7 @@ class AlertStore:
     def _forget_open(self) -> None:
         """Empty the memory of open alerts; the saves not yet written first, so that the table holds them."""
         if self._pending:
-            with self._locked():
-                pass
+            self._flush()
         self._open.clear()
 
     def _find_open(self, agent_id: str, indicator: str) -> Alert | None:

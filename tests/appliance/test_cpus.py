@@ -17,8 +17,9 @@ def test_analysis_gets_the_last_usable_cpu_and_the_server_the_others() -> None:
     assert split_cpus({3}) is None and split_cpus(set()) is None  # one CPU: nothing to split
 
 
-def thread_cpus(pid: int) -> dict[int, set[int]]:
-    return {int(tid): os.sched_getaffinity(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+def thread_cpus(pid: int) -> list[set[int]]:
+    """The CPU set of every thread of process `pid`."""
+    return [os.sched_getaffinity(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")]
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
@@ -34,14 +35,14 @@ def test_every_thread_of_a_process_is_pinned_and_threads_it_starts_later_inherit
     try:
         assert child.stdout is not None and child.stdin is not None
         assert child.stdout.readline() == "up\n"
-        assert len(thread_cpus(child.pid)) == 4 and all(c == usable for c in thread_cpus(child.pid).values())
+        assert len(thread_cpus(child.pid)) == 4 and all(c == usable for c in thread_cpus(child.pid))
         pin_process(child.pid, one)
-        assert all(c == one for c in thread_cpus(child.pid).values())
+        assert all(c == one for c in thread_cpus(child.pid))
         child.stdin.write("\n")
         child.stdin.flush()
         assert child.stdout.readline() == "more\n"
         cpus = thread_cpus(child.pid)
-        assert len(cpus) == 5 and all(c == one for c in cpus.values())  # the new thread inherited the set
+        assert len(cpus) == 5 and all(c == one for c in cpus)  # the new thread inherited the set
     finally:
         child.kill()
         child.wait()

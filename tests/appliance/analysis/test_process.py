@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.appliance.detection import scenarios as sc
+from tests.appliance.test_cpus import thread_cpus
 from tests.appliance.detection.conftest import alerts_of, start_detecting
 from tests.conftest import RunningAppliance
 
@@ -75,10 +76,6 @@ def test_the_analysis_process_yields_the_cpu_to_ingestion(in_process: Any) -> No
     pid = wait_for(lambda: metrics(running)["analysis_worker"]["running"] and metrics(running)["analysis_worker"]["pid"],
                    what="the analysis process to be ready")
     assert os.getpriority(os.PRIO_PROCESS, pid) == min(os.getpriority(os.PRIO_PROCESS, 0) + 7, 19)
-
-
-def thread_cpus(pid: int) -> list[set[int]]:
-    return [os.sched_getaffinity(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")]
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
