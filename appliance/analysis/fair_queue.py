@@ -27,8 +27,12 @@ class FairQueue:
     a few flows of every agent; `done` says the flows of the last round are finished.
     """
 
-    def __init__(self, size: int, on_drop: Callable[[str, int], None] | None = None) -> None:
+    def __init__(self, size: int, on_drop: Callable[[str, int], None] | None = None, wake_at: int = 1) -> None:
         self.size = size
+        # A consumer waits only when the queue is empty, so a producer wakes it when the first flow comes
+        # in, and again when `wake_at` flows wait (a consumer gathering a batch, see AnalysisProcess):
+        # not at every put, which cost a wake-up and interpreter-lock hand-offs per ended flow batch.
+        self.wake_at = wake_at
         self._lines: dict[str, deque[FlowRecord]] = {}
         self._depth = 0
         self._busy = 0
@@ -42,6 +46,7 @@ class FairQueue:
     def put_many(self, flows: list[FlowRecord]) -> None:
         dropped: Counter[str] = Counter()
         with self.cond:
+            before = self._depth
             for flow in flows:
                 victim = self._admit(flow)
                 if victim is not None:
@@ -49,7 +54,7 @@ class FairQueue:
             if dropped:
                 self.dropped += sum(dropped.values())
                 self.dropped_by_agent.update(dropped)
-            if self._depth:
+            if (not before and self._depth) or before < self.wake_at <= self._depth:
                 self.cond.notify_all()
         if dropped and self._on_drop is not None:
             for agent_id, count in dropped.items():
@@ -161,10 +166,16 @@ class QueuedHandOff(QueueFigures):
     Redis streams): ended flows into a FairQueue, DNS answers and resolver events into a bounded line
     that the sender sends ahead of the flows they explain. Producers never block."""
 
-    def __init__(self, queue_size: int, on_drop: Callable[[str, int], None] | None = None) -> None:
-        self._queue = FairQueue(queue_size, on_drop)
+    def __init__(self, queue_size: int, on_drop: Callable[[str, int], None] | None = None, wake_at: int = 1) -> None:
+        self._queue = FairQueue(queue_size, on_drop, wake_at)
         self._dns: deque[tuple[str, AnyDns, bool]] = deque()
         self.dns_dropped = 0
+
+    def _wake_sender(self, dns_before: int) -> None:
+        """Under the lock, after DNS items went in: wake the sender when the hand-off was empty (it sleeps
+        only then) or when a batch's worth of DNS items waits."""
+        if (not dns_before and not self._queue.depth) or dns_before < self._queue.wake_at <= len(self._dns):
+            self._queue.cond.notify_all()
 
     def submit_many(self, flows: list[FlowRecord]) -> None:
         self._queue.put_many(flows)
@@ -178,8 +189,9 @@ class QueuedHandOff(QueueFigures):
                 self.dns_dropped += len(answers) - max(room, 0)
                 answers = answers[: max(room, 0)]
             if answers:
+                before = len(self._dns)
                 self._dns.extend([(agent_id, message, False) for agent_id, message in answers])
-                self._queue.cond.notify_all()
+                self._wake_sender(before)
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None:
         self._put_dns((agent_id, message, True))
@@ -190,4 +202,4 @@ class QueuedHandOff(QueueFigures):
                 self.dns_dropped += 1
                 return
             self._dns.append(item)
-            self._queue.cond.notify_all()
+            self._wake_sender(len(self._dns) - 1)

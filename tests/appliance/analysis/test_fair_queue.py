@@ -101,3 +101,39 @@ def test_a_batch_of_dns_answers_wakes_a_waiting_sender() -> None:
     thread.join(15)
     assert waited and waited[0] < 2  # without the wake-up it waits the whole 10 s
     assert [m for _, m, _ in hand_off._dns] == [b"1", b"2"]
+
+
+def test_a_producer_wakes_the_consumer_for_the_first_flow_and_at_wake_at_not_at_every_put() -> None:
+    """A consumer sleeps only on an empty queue, so the first flow wakes it; one gathering a batch
+    (AnalysisProcess) is woken again when `wake_at` flows wait. Puts in between wake nobody."""
+    queue = FairQueue(1000, wake_at=8)
+    wakes: list[int] = []
+    notify_all = queue.cond.notify_all
+    queue.cond.notify_all = lambda: (wakes.append(queue.depth), notify_all())  # type: ignore[method-assign]
+    queue.put_many([flow("a", 1), flow("a", 2)])
+    queue.put_many([flow("b", 3)])
+    queue.put_many([flow("a", n) for n in range(4, 10)])  # 9 waiting: past wake_at
+    queue.put_many([flow("a", 10)])
+    assert wakes == [2, 9]
+    queue.take_round()
+    queue.put_many([flow("c", 11)])  # empty again: the first flow wakes
+    assert wakes == [2, 9, 1]
+
+
+def test_dns_items_wake_the_sender_of_an_empty_hand_off_and_at_a_batch() -> None:
+    from appliance.analysis import fair_queue
+
+    hand_off = fair_queue.QueuedHandOff(queue_size=100, wake_at=4)
+    wakes: list[int] = []
+    cond = hand_off._queue.cond
+    notify_all = cond.notify_all
+    cond.notify_all = lambda: (wakes.append(len(hand_off._dns)), notify_all())  # type: ignore[method-assign]
+    hand_off.observe_answers([("a", b"1")])  # the hand-off was empty: wake
+    hand_off.observe_answers([("a", b"2")])
+    hand_off.observe_dns("a", "event")  # type: ignore[arg-type]
+    hand_off.observe_answers([("a", b"3"), ("a", b"4")])  # 5 waiting: past wake_at
+    assert wakes == [1, 5]
+    hand_off._dns.clear()
+    hand_off.submit_many([flow("a", 1)])  # flows wait: the sender is awake or gathering, no wake for DNS
+    hand_off.observe_answers([("a", b"5")])
+    assert wakes == [1, 5, 0]

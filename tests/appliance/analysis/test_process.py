@@ -327,3 +327,54 @@ paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_di
     assert categories == ["DnsTunneling"]
     for pid in children:  # the analysis process finished with its server
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_the_sender_gathers_flows_into_few_frames_a_full_batch_or_a_drain_sends_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over a real analysis process: flows and DNS answers handed over in many small calls leave as one DNS
+    frame ahead of one flow frame; a full batch does not wait for the gathering to end, and a drain sends
+    what is pending at once and waits until it is analysed."""
+    from appliance.analysis import process
+    from appliance.analysis.channel import DNS, FLOWS, Channel
+    from appliance.config import parse_settings
+    from appliance.flows import record_codec
+    from appliance.model import DnsAnswer, DnsMessage
+    from tests.appliance.flows.test_record_codec import flows_of
+
+    frames: list[tuple[bytes, int]] = []
+    send = Channel.send
+
+    def recording(self: Channel, kind: bytes, payload: bytes) -> None:
+        if kind == FLOWS:
+            frames.append((kind, len(record_codec.decode(payload))))
+        elif kind == DNS:
+            frames.append((kind, len(record_codec.decode_dns(payload))))
+        send(self, kind, payload)
+
+    monkeypatch.setattr(Channel, "send", recording)
+    (tmp_path / "state").mkdir()
+    rules = Path(__file__).resolve().parents[3] / "rules"
+    settings = parse_settings({"paths": {"state_dir": str(tmp_path / "state"), "certs_dir": str(tmp_path / "certs"),
+                                         "static_dir": str(tmp_path / "static"), "signatures_dir": str(rules)}})
+    flows = flows_of(sc.iodine_tunnel(seconds=30), sc.benign_office(1, minutes=10))
+    assert len(flows) > 80
+    analysis = process.AnalysisProcess(settings, 10_000, batch_flows=64, gather=30.0)
+    analysis.start()
+    try:
+        wait_for(lambda: analysis.status()["running"], 60, "the analysis process to be ready")
+        answer = DnsMessage(7, True, 0, "example.org", 1, 1, [DnsAnswer("example.org", 1, 60, "192.0.2.7")])
+        for i in range(0, 20, 2):
+            analysis.submit_many(flows[i : i + 2])
+            analysis.observe_answers([("agent", answer)])
+        time.sleep(0.5)
+        assert frames == []  # gathering
+        started = time.monotonic()
+        assert analysis.drain(20)
+        assert time.monotonic() - started < 15  # sent at once, not after the 30 s of gathering
+        assert frames == [(DNS, 10), (FLOWS, 20)]
+        assert analysis.counter("flows_processed") == 20
+        analysis.submit_many(flows[20:84])  # a full batch
+        wait_for(lambda: len(frames) == 3, 15, "the full batch to be sent")
+        assert frames[2] == (FLOWS, 64)
+    finally:
+        analysis.stop()
