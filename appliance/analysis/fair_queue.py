@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 from collections import Counter, deque
 from collections.abc import Callable
+from itertools import groupby
+from operator import attrgetter
 
 from appliance.flows.record_codec import AnyDns
 from appliance.model import DnsMessage, FlowRecord
@@ -17,6 +19,7 @@ from appliance.model import DnsMessage, FlowRecord
 # Flows taken from each agent's line per round: fair to within this many flows, without taking the
 # lock once per flow.
 PER_AGENT_ROUND = 16
+_agent_of = attrgetter("agent_id")
 
 
 class FairQueue:
@@ -47,10 +50,21 @@ class FairQueue:
         dropped: Counter[str] = Counter()
         with self.cond:
             before = self._depth
-            for flow in flows:
-                victim = self._admit(flow)
-                if victim is not None:
-                    dropped[victim] += 1
+            if before + self._busy + len(flows) <= self.size:
+                # Room for all (nearly always): each agent's run of flows joins its line at once. The flows of
+                # one ended-flow batch are mostly one agent's; one _admit per flow cost the ingest thread 0.5 us.
+                lines = self._lines
+                for agent_id, run in groupby(flows, _agent_of):
+                    line = lines.get(agent_id)
+                    if line is None:
+                        line = lines[agent_id] = deque()
+                    line.extend(run)
+                self._depth += len(flows)
+            else:
+                for flow in flows:
+                    victim = self._admit(flow)
+                    if victim is not None:
+                        dropped[victim] += 1
             if dropped:
                 self.dropped += sum(dropped.values())
                 self.dropped_by_agent.update(dropped)
