@@ -45,3 +45,30 @@ def test_a_peer_that_goes_away_mid_frame_is_the_end_of_the_channel(partial: byte
         b.recv()
     with pytest.raises(ChannelClosed):
         b.send(FLOWS, b"x")
+
+
+@pytest.mark.parametrize("size", [1, 300_000, (8 << 20) + 1])  # read in one call, and past the one-call bound
+@pytest.mark.parametrize("timeout", [None, 10.0])
+def test_a_frame_written_in_pieces_arrives_whole(size: int, timeout: float | None) -> None:
+    """The reader takes a frame in one call where it may (no timeout, up to 8 MiB), in chunks otherwise;
+    either way a frame the peer writes in pieces, with pauses, arrives whole."""
+    import threading
+    import time
+
+    a, b = pair()
+    b.sock.settimeout(timeout)
+    payload = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    frame = struct.pack("!cI", FLOWS, size) + payload
+
+    def write() -> None:
+        for start in range(0, len(frame), max(len(frame) // 3, 1)):
+            a.sock.sendall(frame[start : start + max(len(frame) // 3, 1)])
+            time.sleep(0.05)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    assert b.recv() == (FLOWS, payload)
+    writer.join()
+    a.close()
+    with pytest.raises(ChannelClosed):
+        b.recv()
