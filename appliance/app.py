@@ -198,9 +198,13 @@ class Appliance:
             return None
         server, analysis = plan
         try:
-            self.analysis.pin(analysis)
             cpus.pin_process(0, server)
+            self.analysis.pin(analysis)  # claims nothing when refused
         except OSError as err:
+            try:  # all or nothing: the server's threads get back what they had
+                cpus.pin_process(0, before)
+            except OSError:
+                pass
             log.warning("analysis.pin_cpus: not applied (%s); the kernel places both processes", err)
             return None
         self._cpus_before = before

@@ -126,6 +126,33 @@ def test_when_the_system_refuses_to_pin_it_says_so_and_analysis_goes_on(
     assert [a["category"] for a in alerts_of(running)] == ["DnsTunneling"]
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
+@pytest.mark.parametrize("refused_side", ["server", "analysis"])
+def test_a_refusal_for_either_process_pins_neither(
+        in_process: Any, monkeypatch: pytest.MonkeyPatch, refused_side: str) -> None:
+    """All or nothing: whichever process the system refuses to pin, the metrics claim nothing and the
+    server's threads keep the CPUs they had."""
+    import appliance.cpus
+
+    running = in_process()
+    wait_for(lambda: metrics(running)["analysis_worker"]["running"], what="the analysis process to be ready")
+    ours = {int(t) for t in os.listdir("/proc/self/task")}
+    usable = os.sched_getaffinity(0)
+    assert all(cpus == usable for cpus in thread_cpus(os.getpid()))
+    allowed = appliance.cpus.os.sched_setaffinity
+
+    def refuse_one_side(tid: int, cpus: Any) -> None:
+        if (tid in ours) == (refused_side == "server"):
+            raise PermissionError(1, "Operation not permitted")
+        allowed(tid, cpus)
+
+    monkeypatch.setattr(appliance.cpus.os, "sched_setaffinity", refuse_one_side)
+    assert running.app.pin_cpus() is None
+    monkeypatch.undo()
+    assert metrics(running)["analysis_worker"]["cpus"] == []
+    assert all(cpus == usable for cpus in thread_cpus(os.getpid()))
+
+
 def test_with_pin_cpus_off_the_kernel_places_both_processes(in_process: Any) -> None:
     running = in_process(analysis={"pin_cpus": False})
     pid = wait_for(lambda: metrics(running)["analysis_worker"]["running"] and metrics(running)["analysis_worker"]["pid"])
