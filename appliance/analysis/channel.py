@@ -22,6 +22,12 @@ CONTROL = b"C"  # {"op": "reload" | "drain" | "stop", "seq": n}
 STATS = b"S"  # the analysis process's counters, {"drained": seq} after a drain
 
 MAX_FRAME = 64 << 20
+# The server's send buffer: a whole flow batch (up to ~1 MB of DNS-heavy records) fits, so `send` is one copy and
+# the analysis process can read the frame at once. With the default (~208 KB) a large frame went in parts, and the
+# server's sending thread had to be scheduled again for each part on the busy ingestion core while the analysis
+# process waited for the rest: 1-4 ms per large frame at the end of the bench corpus, 3% of its run. The kernel
+# caps it at net.core.wmem_max (the package raises that to this size: packaging/deb/sysctl.conf).
+SEND_BUFFER = 4 << 20
 _WHOLE_MAX = 8 << 20  # frames up to this size are read in one call (their bytes allocated before they arrive)
 _HEAD = struct.Struct("!cI")
 
@@ -40,8 +46,16 @@ class Channel:
     def pair(cls) -> tuple[Channel, socket.socket]:
         """This side's channel and the socket to hand to the child (inheritable)."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)  # capped, never refused
         theirs.set_inheritable(True)
         return cls(ours), theirs
+
+    def send_buffer(self) -> int:
+        """The bytes this end may have in flight before `send` waits (what the kernel granted of SEND_BUFFER)."""
+        try:
+            return int(self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF))
+        except OSError:  # closed
+            return 0
 
     def send(self, kind: bytes, payload: bytes) -> None:
         try:

@@ -69,6 +69,7 @@ units=$(grep -l "^ExecStart=$prefix/venv/" "$root"/systemd/*.service | xargs -n1
 units=${units% }
 for unit in $units; do install -m 0644 "$root/systemd/$unit" "$stage/lib/systemd/system/"; done
 install -D -m 0644 "$here/config.yaml" "$stage/etc/$name/config.yaml"
+install -D -m 0644 "$here/sysctl.conf" "$stage/usr/lib/sysctl.d/60-$name.conf"
 install -D -m 0644 "$keyring" "$stage/usr/share/keyrings/$name-archive-keyring.gpg"
 install -D -m 0644 "$here/FIRST-LOGIN.txt" "$stage/usr/share/doc/$name/FIRST-LOGIN.txt"
 install -m 0644 "$root/README.md" "$stage/usr/share/doc/$name/README.md"

@@ -96,6 +96,8 @@ def test_installs_runs_as_its_user_upgrades_from_the_signed_repository_and_purge
     for unit in UNITS:
         assert (root / f"/etc/systemd/system/multi-user.target.wants/{unit}").is_symlink()
     assert os.access(root / f"{STATE}/static/agents/linux-amd64/sensor-agent", os.X_OK)
+    # The send-buffer ceiling the analysis channel asks for, applied at boot (a chroot's postinst leaves the host alone).
+    assert "net.core.wmem_max = 4194304" in (root / "/usr/lib/sysctl.d/60-sensor-appliance.conf").read_text()
 
     assert serve_once(root)["status"] == "Running"
     for secret in ("admin.token", "certs/ca.key"):
@@ -126,6 +128,7 @@ def test_installs_runs_as_its_user_upgrades_from_the_signed_repository_and_purge
         assert not (root / gone).exists(), gone
     assert root.chroot("id", "sensor", check=False).returncode != 0
     assert not any((root / "/etc/systemd/system").rglob("sensor-*"))
+    assert not (root / "/usr/lib/sysctl.d/60-sensor-appliance.conf").exists()
 
 
 def _unsigned(repo: Path, other_keys: DebBuild) -> None:

@@ -72,3 +72,18 @@ def test_a_frame_written_in_pieces_arrives_whole(size: int, timeout: float | Non
     a.close()
     with pytest.raises(ChannelClosed):
         b.recv()
+
+
+def test_the_server_end_asks_for_a_send_buffer_that_holds_a_whole_batch() -> None:
+    """A frame that fits goes in one copy (see SEND_BUFFER); the kernel grants at most net.core.wmem_max, and
+    reports twice what it granted."""
+    from pathlib import Path
+
+    from appliance.analysis.channel import SEND_BUFFER
+
+    ceiling = int(Path("/proc/sys/net/core/wmem_max").read_text())
+    ours, theirs = Channel.pair()
+    assert ours.send_buffer() == 2 * min(SEND_BUFFER, ceiling)
+    assert Channel(theirs).send_buffer() < ours.send_buffer()  # only the server's end is raised
+    ours.close()
+    assert ours.send_buffer() == 0

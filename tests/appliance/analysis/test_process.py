@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from appliance.analysis.channel import SEND_BUFFER
+
 from tests.appliance.detection import scenarios as sc
 from tests.appliance.test_cpus import thread_cpus
 from tests.appliance.detection.conftest import alerts_of, start_detecting
@@ -60,6 +62,8 @@ def test_alerts_are_raised_by_the_analysis_process(in_process: Any) -> None:
     worker = wait_for(lambda: metrics(running)["analysis_worker"]["running"] and metrics(running)["analysis_worker"],
                       what="the analysis process to be ready")
     assert worker["mode"] == "process" and worker["pid"] not in (0, os.getpid())
+    granted = min(SEND_BUFFER, int(Path("/proc/sys/net/core/wmem_max").read_text()))
+    assert worker["channel_buffer"] == 2 * granted  # what the kernel granted the channel (it reports double)
     assert running.app.pipeline is None and running.app.detection is None  # nothing analyses in this process
     sent = sc.stream(running.stub(), sc.iodine_tunnel())
     alerts = alerts_of(running)
