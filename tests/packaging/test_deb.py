@@ -97,7 +97,9 @@ def test_installs_runs_as_its_user_upgrades_from_the_signed_repository_and_purge
         assert (root / f"/etc/systemd/system/multi-user.target.wants/{unit}").is_symlink()
     assert os.access(root / f"{STATE}/static/agents/linux-amd64/sensor-agent", os.X_OK)
     # The send-buffer ceiling the analysis channel asks for, applied at boot (a chroot's postinst leaves the host alone).
-    assert "net.core.wmem_max = 4194304" in (root / "/usr/lib/sysctl.d/60-sensor-appliance.conf").read_text()
+    from appliance.analysis.channel import SEND_BUFFER
+
+    assert f"net.core.wmem_max = {SEND_BUFFER}\n" in (root / "/usr/lib/sysctl.d/60-sensor-appliance.conf").read_text()
 
     assert serve_once(root)["status"] == "Running"
     for secret in ("admin.token", "certs/ca.key"):

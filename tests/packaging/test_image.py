@@ -171,7 +171,9 @@ def test_the_iso_boots_and_a_host_agent_enrolls_streams_and_raises_an_alert(mach
     assert alerts, "no alert from the DNS tunnel capture"
     # The package's sysctl file applied at boot: the analysis channel got its whole send buffer (the kernel reports
     # twice what was granted; Debian's default ceiling would have given about 416 KiB).
-    assert machine.api("GET", "/api/v1/metrics")["analysis_worker"]["channel_buffer"] >= 4 << 20
+    from appliance.analysis.channel import SEND_BUFFER
+
+    assert machine.api("GET", "/api/v1/metrics")["analysis_worker"]["channel_buffer"] == 2 * SEND_BUFFER
     if HAS_CONSOLE:
         assert wait_for(machine.console_answers, timeout=120, interval=2), "the console on port 3000 does not answer"
     print(f"\nboot to Running: {booted:.0f} s; to first alert: {time.monotonic() - started:.0f} s")
