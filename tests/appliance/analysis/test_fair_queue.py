@@ -23,6 +23,44 @@ def test_a_round_with_a_limit_takes_at_most_the_limit_in_turn_between_agents() -
     assert queue.take_round(limit=10, timeout=0) == []
 
 
+def test_each_agent_keeps_its_order_when_a_round_cuts_a_run_of_flows() -> None:
+    """Lines hold the runs producers handed over: a limit that ends inside a run leaves its rest first in line."""
+    queue = FairQueue(1000)
+    for start in (0, 10, 20):
+        queue.put_many([flow("a", i) for i in range(start, start + 10)])
+    first = queue.take_round(limit=15, timeout=0)
+    rest = queue.take_round(limit=100, timeout=0)
+    assert first is not None and rest is not None
+    assert [f.local_port - 1000 for f in first] == list(range(15))
+    assert [f.local_port - 1000 for f in rest] == list(range(15, 30))
+    assert queue.depth == 0
+
+
+def test_agents_share_a_limited_round_equally_whatever_the_size_of_their_runs() -> None:
+    queue = FairQueue(1000)
+    queue.put_many([flow("a", i) for i in range(100)])  # one run of 100
+    for i in range(100):
+        queue.put_many([flow("b", i)])  # a hundred runs of one
+    batch = queue.take_round(limit=64, timeout=0)
+    assert batch is not None and len(batch) == 64
+    assert sum(f.agent_id == "a" for f in batch) == 32 and sum(f.agent_id == "b" for f in batch) == 32
+    unlimited = queue.take_round(timeout=0)  # no limit: a few of every agent (the in-process pipeline's rounds)
+    assert unlimited is not None and len(unlimited) == 32
+
+
+def test_a_full_queue_drops_the_newest_flow_of_the_agent_holding_the_most() -> None:
+    queue = FairQueue(10)
+    queue.put_many([flow("flood", i) for i in range(5)])
+    queue.put_many([flow("flood", i) for i in range(5, 9)])
+    queue.put_many([flow("quiet", 0)])
+    queue.put_many([flow("quiet", 1), flow("quiet", 2)])  # full: flood's two newest make room
+    assert queue.dropped_by_agent == {"flood": 2}
+    taken = queue.take_round(limit=100, timeout=0)
+    assert taken is not None
+    assert sorted(f.local_port - 1000 for f in taken if f.agent_id == "flood") == list(range(7))
+    assert [f.local_port - 1000 for f in taken if f.agent_id == "quiet"] == [0, 1, 2]
+
+
 def test_the_bound_holds_and_the_flooding_agent_pays_for_it() -> None:
     drops: list[tuple[str, int]] = []
     queue = FairQueue(10, on_drop=lambda agent, n: drops.append((agent, n)))
