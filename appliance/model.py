@@ -153,6 +153,8 @@ class FlowRecord(_Addresses):
     pid: int = 0
     process_name: str = ""
     end_reason: str = ""  # idle | active | tcp_close | stream_end | evicted | shutdown
+    # A list; read from a flow record batch (the analysis process, an analyzer), a native DnsList: a read-only
+    # sequence of the same DnsMessages, made only when Python asks (appliance/native/dns_list.h).
     dns: list[DnsMessage] = field(default_factory=list)
     samples: list[Packet] = field(default_factory=list)
     # The REST flow view's TLS object (JA4/JA4S/JA3, SNI, ALPN, leaf certificate: detection.dpi.tls_meta),

@@ -216,6 +216,8 @@ def decode(data: bytes, sampled: bytes | None = None) -> list[FlowRecord]:
     Read in C (fastpath.decode_records): the same records `_decode_python` makes, field for field, at a
     fraction of the cost of upb attribute reads and a Python call per record, sample and message. Within one
     call, equal names and numbers may be one str or int object (they are immutable); lists are never shared.
+    A record's `dns` is a native DnsList: equal to the list `_decode_python` makes, its DnsMessages made only
+    when Python asks for them, while the C DNS loops read its entries in place (appliance/native/dns_list.h).
     """
     try:
         return decode_records(data, _MAKE_RECORD, _MAKE_PACKET, _MAKE_DNS, _MAKE_ANSWER, _MAKE_ICMP, TRANSPORT_OF_PROTOCOL,

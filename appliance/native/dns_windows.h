@@ -808,6 +808,82 @@ fail:
     return NULL;
 }
 
+/* fastpath.DnsList (dns_list.h): flow.dns as the analysis process decodes it, read here entry by entry instead of
+ * attribute by attribute (set by dnsw_init; NULL: every sequence goes the object path). */
+static PyTypeObject *dnsw_list_type;
+
+static DnsListObject *dnsw_as_list(PyObject *dns)
+{
+    return dnsw_list_type != NULL && Py_IS_TYPE(dns, dnsw_list_type) ? (DnsListObject *)dns : NULL;
+}
+
+static int dnsw_value_in(uint32_t v, const long *values, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if ((long)v == values[i])
+            return 1;
+    }
+    return 0;
+}
+
+/* The entry's timestamp_ns checked as dnsw_timestamp checks the object's (`last_ns` when 0). */
+static int dnsw_entry_time(const DnsEntry *e, long long last_ns, long long *out)
+{
+    if (e->ts >= (uint64_t)DNSW_TS_LIMIT) {
+        PyErr_SetString(PyExc_ValueError, "DNS message timestamp_ns out of range [0, 2**62)");
+        return -1;
+    }
+    *out = e->ts ? (long long)e->ts : last_ns;
+    return 0;
+}
+
+/* dnsw_read_messages for a DnsList: the same messages, from its entries. */
+static dnsw_message *dnsw_read_entries(DnsListObject *l, long long last_ns, Py_ssize_t *count)
+{
+    Py_ssize_t n = Py_SIZE(l);
+    dnsw_message *out = PyMem_Calloc((size_t)(n ? n : 1), sizeof(dnsw_message));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const DnsEntry *e = &l->entries[i];
+        dnsw_message *m = &out[i];
+        if (dnsw_entry_time(e, last_ns, &m->ts) < 0) {
+            dnsw_messages_free(out, n);
+            return NULL;
+        }
+        m->is_response = e->is_response;
+        if (m->is_response)
+            m->flag = dnsw_value_in(e->rcode, dnsw_nxdomain, 1);
+        else {
+            m->name = Py_NewRef(e->qname);
+            m->flag = dnsw_value_in(e->qtype, dnsw_suspicious_qtypes, 3);
+        }
+    }
+    *count = n;
+    return out;
+}
+
+static int dnsw_list_init(void)
+{
+    PyObject *fastpath = PyImport_ImportModule("appliance.native.fastpath");
+    if (fastpath == NULL)
+        return -1;
+    PyObject *type = PyObject_GetAttrString(fastpath, "DnsList");
+    Py_DECREF(fastpath);
+    if (type == NULL)
+        return -1;
+    if (!PyType_Check(type) || ((PyTypeObject *)type)->tp_basicsize != (Py_ssize_t)offsetof(DnsListObject, entries)
+        || ((PyTypeObject *)type)->tp_itemsize != (Py_ssize_t)sizeof(DnsEntry)) {
+        Py_DECREF(type);
+        PyErr_SetString(PyExc_ImportError, "appliance.native.fastpath.DnsList is not dns_list.h's: rebuild both extensions");
+        return -1;
+    }
+    Py_XSETREF(dnsw_list_type, (PyTypeObject *)type);
+    return 0;
+}
+
 /* Skipped by the detectors: empty, a local suffix (str.endswith, so "xarpa" too), or no dot. */
 static int dnsw_skipped_name(PyObject *name)
 {
@@ -1343,9 +1419,13 @@ static PyObject *DnsScanner_scan(DnsScannerObject *s, PyObject *flow)
     PyObject *dns = dnsw_get(flow, &dnsw_attr_dns);
     if (dns == NULL)
         return NULL;
-    seq = PySequence_Fast(dns, "flow.dns must be a sequence");
+    DnsListObject *decoded = dnsw_as_list(dns);
+    if (decoded != NULL)
+        messages = dnsw_read_entries(decoded, last_ns, &n);
+    else if ((seq = PySequence_Fast(dns, "flow.dns must be a sequence")) != NULL)
+        messages = dnsw_read_messages(seq, last_ns, &n);
     Py_DECREF(dns);
-    if (seq == NULL || (messages = dnsw_read_messages(seq, last_ns, &n)) == NULL)
+    if (messages == NULL)
         goto done;
     if ((agent_id = dnsw_get(flow, &dnsw_attr_agent_id)) == NULL
         || (flow_id = dnsw_get(flow, &dnsw_attr_flow_id)) == NULL)
@@ -1527,6 +1607,35 @@ static dgas_message *dgas_read_messages(PyObject *seq, long long last_ns)
         }
         Py_XDECREF(answers);
         if (any < 0)
+            goto fail;
+    }
+    return out;
+fail:
+    dgas_messages_free(out, n);
+    return NULL;
+}
+
+/* dgas_read_messages for a DnsList: the same messages, from its entries. */
+static dgas_message *dgas_read_entries(DnsListObject *l, long long last_ns)
+{
+    Py_ssize_t n = Py_SIZE(l);
+    dgas_message *out = PyMem_Calloc((size_t)(n ? n : 1), sizeof(dgas_message));
+    if (out == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const DnsEntry *e = &l->entries[i];
+        dgas_message *m = &out[i];
+        if (PyUnicode_GET_LENGTH(e->qname) == 0)
+            continue;
+        m->name = Py_NewRef(e->qname);
+        if (dnsw_entry_time(e, last_ns, &m->ts) < 0)
+            goto fail;
+        m->is_response = e->is_response;
+        if (!m->is_response || (m->nx = dnsw_value_in(e->rcode, dnsw_nxdomain, 1)))
+            continue;
+        if (e->answered && (m->ttl = PyLong_FromUnsignedLong(e->first_ttl)) == NULL)
             goto fail;
     }
     return out;
@@ -1760,12 +1869,17 @@ static PyObject *dga_scan(PyObject *module, PyObject *const *args, Py_ssize_t na
     Py_ssize_t n = 0;
     if (dns == NULL)
         return NULL;
-    seq = PySequence_Fast(dns, "flow.dns must be a sequence");
+    DnsListObject *decoded = dnsw_as_list(dns);
+    if (decoded != NULL) {
+        n = Py_SIZE(decoded);
+        messages = dgas_read_entries(decoded, last_ns);
+    }
+    else if ((seq = PySequence_Fast(dns, "flow.dns must be a sequence")) != NULL) {
+        n = PySequence_Fast_GET_SIZE(seq);
+        messages = dgas_read_messages(seq, last_ns);
+    }
     Py_DECREF(dns);
-    if (seq == NULL)
-        return NULL;
-    n = PySequence_Fast_GET_SIZE(seq);
-    if ((messages = dgas_read_messages(seq, last_ns)) == NULL || (agent_id = dnsw_get(flow, &dnsw_attr_agent_id)) == NULL)
+    if (messages == NULL || (agent_id = dnsw_get(flow, &dnsw_attr_agent_id)) == NULL)
         goto done;
     /* Checked: from here on the state changes. */
     state = PyDict_GetItemWithError(agents, agent_id);
@@ -2025,6 +2139,8 @@ static int dnsw_init(PyObject *module)
             return -1;
     }
     if (dnsw_no_args == NULL && (dnsw_no_args = PyTuple_New(0)) == NULL)
+        return -1;
+    if (dnsw_list_init() < 0)
         return -1;
     dnsw_clog_init();
     PyTypeObject *types[4] = {&DomainWindowType, &AgentDnsType, &DnsScannerType, &DgaScannerType};

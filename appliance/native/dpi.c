@@ -196,6 +196,7 @@ static PyObject *label_features(PyObject *module, PyObject *const *args, Py_ssiz
                          counts.best);
 }
 
+#include "dns_list.h"
 #include "dns_windows.h"
 #include "suffix_split.h"
 #include "behaviour_tally.h"

@@ -32,6 +32,7 @@
 
 #include "dns_wire.h"
 #include "slot_maker.h"
+#include "dns_list.h"
 
 #define NS_PER_MS 1000000LL
 #define OUTBOUND 1
@@ -2358,11 +2359,14 @@ typedef struct {
 enum { H_PROTOCOL, H_TRANSPORT, H_LOCAL_IP, H_REMOTE_IP, H_LOCAL_PORT, H_REMOTE_PORT, H_COUNT };
 
 /* One message being read: what its callbacks append to and what a record's samples repeat. */
+typedef struct DnsBuild DnsBuild;
+
 typedef struct {
     const RecordMakers *mk;
     DecodeCache *cache;
     ItemBuf *out;     /* answers of a DNS message, DNS messages or samples of a record, records */
-    PyObject *dns;    /* the record's DNS messages, a list (samples link to them) */
+    DnsBuild *dnsb;   /* a record's DNS messages as DnsList entries, while it is read */
+    PyObject *dns;    /* the record's DNS messages, a DnsList (samples link to them) */
     PyObject *head[H_COUNT]; /* borrowed: the record's fields every sample repeats */
     uint32_t protocol;
     IntSlot first_time, last_time; /* the timestamps of the record's first and last DNS messages (its first_ns
@@ -2462,6 +2466,286 @@ static int on_dns(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *e
     return buf_push(ctx->out, make_owned(ctx->mk->make_dns, args, 9));
 }
 
+/* -- DnsList (dns_list.h) ---------------------------------------------------------------------------- */
+static PyTypeObject DnsListType;
+
+/* A record's DNS messages while it is read: their entries and encodings, grown as they come. */
+struct DnsBuild {
+    DnsEntry *entries;
+    Py_ssize_t n, cap;
+    uint8_t *blob;
+    size_t used, room;
+};
+
+static void dnsb_clear(DnsBuild *b)
+{
+    for (Py_ssize_t i = 0; i < b->n; i++)
+        Py_DECREF(b->entries[i].qname);
+    PyMem_Free(b->entries);
+    PyMem_Free(b->blob);
+    memset(b, 0, sizeof(*b));
+}
+
+/* The answers of a message in a DnsList: each read (a broken one fails the batch, as when objects were made), the
+ * first one's TTL kept. */
+typedef struct {
+    uint32_t count, first_ttl;
+} AnswerPeek;
+
+static int on_answer_peek(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *end)
+{
+    (void)field;
+    AnswerPeek *peek = vctx;
+    MsgFields m;
+    int rc = read_message(p, end, KINDS(ANSWER_KINDS), &m, NULL, NULL, 3);
+    if (rc == 0 && peek->count++ == 0)
+        peek->first_ttl = (uint32_t)msg_v(&m, DA_TTL);
+    msg_fields_clear(&m);
+    return rc;
+}
+
+/* One of a record's DNS messages as a DnsList entry (the record's on_message for its dns field). */
+static int on_dns_entry(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *end)
+{
+    (void)field;
+    ReadCtx *ctx = vctx;
+    DnsBuild *b = ctx->dnsb;
+    AnswerPeek peek = {0, 0};
+    MsgFields m;
+    if (read_message(p, end, KINDS(DNS_KINDS), &m, on_answer_peek, &peek, 2)) {
+        msg_fields_clear(&m);
+        return -1;
+    }
+    size_t len = (size_t)(end - p);
+    if (b->n == b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap * 2 : 16;
+        DnsEntry *entries = PyMem_Realloc(b->entries, (size_t)cap * sizeof(DnsEntry));
+        if (entries == NULL) {
+            msg_fields_clear(&m);
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->entries = entries;
+        b->cap = cap;
+    }
+    if (b->used + len > b->room) {
+        size_t room = (b->used + len) * 2 + 256;
+        uint8_t *blob = PyMem_Realloc(b->blob, room);
+        if (blob == NULL) {
+            msg_fields_clear(&m);
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->blob = blob;
+        b->room = room;
+    }
+    PyObject *qname = msg_str(&m, DM_QNAME, &ctx->cache->names);
+    if (qname == NULL) {
+        msg_fields_clear(&m);
+        return -1;
+    }
+    if (len)  /* an empty message: the blob may not exist yet */
+        memcpy(b->blob + b->used, p, len);
+    b->entries[b->n++] = (DnsEntry){
+        .ts = msg_v(&m, DM_TIMESTAMP), .id = (uint32_t)msg_v(&m, DM_ID), .rcode = (uint32_t)msg_v(&m, DM_RCODE),
+        .qtype = (uint32_t)msg_v(&m, DM_QTYPE), .qclass = (uint32_t)msg_v(&m, DM_QCLASS), .first_ttl = peek.first_ttl,
+        .is_response = msg_v(&m, DM_IS_RESPONSE) != 0, .malformed = msg_v(&m, DM_MALFORMED) != 0,
+        .answered = peek.count > 0, .qname = qname, .at = (uint32_t)b->used, .len = (uint32_t)len,
+    };
+    b->used += len;
+    msg_fields_clear(&m);
+    return 0;
+}
+
+/* The DnsList of what `b` holds (moved out of it, left empty); NULL with an exception. */
+static PyObject *dnsl_from_build(DnsBuild *b, const RecordMakers *mk)
+{
+    DnsListObject *l = PyObject_GC_NewVar(DnsListObject, &DnsListType, b->n);
+    if (l == NULL) {
+        dnsb_clear(b);
+        return NULL;
+    }
+    l->make_dns = Py_NewRef(mk->make_dns);
+    l->make_answer = Py_NewRef(mk->make_answer);
+    l->made = NULL;
+    l->blob = b->blob;
+    if (b->n)
+        memcpy(l->entries, b->entries, (size_t)b->n * sizeof(DnsEntry));
+    PyMem_Free(b->entries);
+    memset(b, 0, sizeof(*b));
+    PyObject_GC_Track(l);
+    return (PyObject *)l;
+}
+
+static Py_ssize_t dnsl_length(DnsListObject *l)
+{
+    return Py_SIZE(l);
+}
+
+/* Entry i's DnsMessage (a new reference), made from its encoding the first time it is asked for. */
+static PyObject *dnsl_item(DnsListObject *l, Py_ssize_t i)
+{
+    if (i < 0 || i >= Py_SIZE(l)) {
+        PyErr_SetString(PyExc_IndexError, "DnsList index out of range");
+        return NULL;
+    }
+    if (l->made == NULL && (l->made = PyMem_Calloc((size_t)Py_SIZE(l), sizeof(PyObject *))) == NULL)
+        return PyErr_NoMemory();
+    if (l->made[i] != NULL)
+        return Py_NewRef(l->made[i]);
+    const DnsEntry *e = &l->entries[i];
+    RecordMakers mk = {.make_dns = l->make_dns, .make_answer = l->make_answer};
+    DecodeCache cache;
+    cache_init(&cache);
+    if (PyUnicode_IS_ASCII(e->qname) && PyUnicode_GET_LENGTH(e->qname) > 1) {  /* the message's name is the entry's */
+        cache.names.s[0] = Py_NewRef(e->qname);
+        cache.names.at[0] = PyUnicode_1BYTE_DATA(e->qname);
+        cache.names.len[0] = (uint32_t)PyUnicode_GET_LENGTH(e->qname);
+        cache.names.next = 1;
+    }
+    ItemBuf one;
+    buf_init(&one);
+    ReadCtx ctx = {.mk = &mk, .cache = &cache, .out = &one};
+    const uint8_t *blob = l->blob != NULL ? l->blob : (const uint8_t *)""; /* none: every message is empty */
+    int rc = on_dns(&ctx, DM_ANSWERS, blob + e->at, blob + e->at + e->len);
+    read_ctx_clear(&ctx);
+    cache_clear(&cache);
+    if (rc < 0) {
+        buf_clear(&one);
+        if (!PyErr_Occurred())  /* read once already when the batch was: a failure here is a bug */
+            PyErr_SetString(PyExc_SystemError, "DnsList: a message read before does not read again");
+        return NULL;
+    }
+    PyObject *message = one.items[0];
+    one.n = 0;
+    buf_clear(&one);
+    if (l->made[i] != NULL) {  /* a maker that ran Python asked for it meanwhile: that one stays */
+        Py_DECREF(message);
+        return Py_NewRef(l->made[i]);
+    }
+    l->made[i] = Py_NewRef(message);
+    return message;
+}
+
+static PyObject *dnsl_as_list(PyObject *self)
+{
+    return PySequence_List(self);
+}
+
+/* Equal to a list (or DnsList) of equal messages, as the list it stands for. */
+static PyObject *dnsl_richcompare(PyObject *self, PyObject *other, int op)
+{
+    if ((op != Py_EQ && op != Py_NE) || !(PyList_Check(other) || Py_IS_TYPE(other, &DnsListType)))
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *mine = PySequence_List(self), *theirs = PySequence_List(other), *result = NULL;
+    if (mine != NULL && theirs != NULL)
+        result = PyObject_RichCompare(mine, theirs, op);
+    Py_XDECREF(mine);
+    Py_XDECREF(theirs);
+    return result;
+}
+
+static PyObject *dnsl_repr(PyObject *self)
+{
+    PyObject *list = PySequence_List(self);
+    if (list == NULL)
+        return NULL;
+    PyObject *text = PyObject_Repr(list);
+    Py_DECREF(list);
+    return text;
+}
+
+static PyObject *dnsl_concat(PyObject *self, PyObject *other)
+{
+    PyObject *list = PySequence_List(self);
+    if (list == NULL)
+        return NULL;
+    PyObject *joined = PySequence_Concat(list, other);
+    Py_DECREF(list);
+    return joined;
+}
+
+/* Copied and pickled as the list it stands for. */
+static PyObject *dnsl_reduce(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    PyObject *list = PySequence_List(self);
+    return list == NULL ? NULL : Py_BuildValue("(O(N))", (PyObject *)&PyList_Type, list);
+}
+
+static int dnsl_traverse(DnsListObject *l, visitproc visit, void *arg)
+{
+    Py_VISIT(l->make_dns);
+    Py_VISIT(l->make_answer);
+    for (Py_ssize_t i = 0; l->made != NULL && i < Py_SIZE(l); i++)
+        Py_VISIT(l->made[i]);
+    return 0;
+}
+
+static int dnsl_clear(DnsListObject *l)
+{
+    Py_CLEAR(l->make_dns);
+    Py_CLEAR(l->make_answer);
+    for (Py_ssize_t i = 0; l->made != NULL && i < Py_SIZE(l); i++)
+        Py_CLEAR(l->made[i]);
+    return 0;
+}
+
+static void dnsl_dealloc(DnsListObject *l)
+{
+    PyObject_GC_UnTrack(l);
+    dnsl_clear(l);
+    for (Py_ssize_t i = 0; i < Py_SIZE(l); i++)
+        Py_DECREF(l->entries[i].qname);
+    PyMem_Free(l->made);
+    PyMem_Free(l->blob);
+    PyObject_GC_Del(l);
+}
+
+static PyObject *dnsl_get_made(DnsListObject *l, void *closure)
+{
+    (void)closure;
+    Py_ssize_t made = 0;
+    for (Py_ssize_t i = 0; l->made != NULL && i < Py_SIZE(l); i++)
+        made += l->made[i] != NULL;
+    return PyLong_FromSsize_t(made);
+}
+
+static PyGetSetDef dnsl_getset[] = {
+    {"made", (getter)dnsl_get_made, NULL, "how many of the messages were made into objects so far", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods dnsl_as_sequence = {
+    .sq_length = (lenfunc)dnsl_length,
+    .sq_concat = dnsl_concat,
+    .sq_item = (ssizeargfunc)dnsl_item,
+};
+
+static PyMethodDef dnsl_methods[] = {
+    {"__reduce__", dnsl_reduce, METH_NOARGS, NULL},
+    {"as_list", (PyCFunction)dnsl_as_list, METH_NOARGS, "a list of the messages"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject DnsListType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "appliance.native.fastpath.DnsList",
+    .tp_doc = "A flow's DNS messages as decoded: a read-only sequence of DnsMessage, each made when first asked for.",
+    .tp_basicsize = offsetof(DnsListObject, entries),
+    .tp_itemsize = sizeof(DnsEntry),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)dnsl_dealloc,
+    .tp_traverse = (traverseproc)dnsl_traverse,
+    .tp_clear = (inquiry)dnsl_clear,
+    .tp_repr = dnsl_repr,
+    .tp_richcompare = dnsl_richcompare,
+    .tp_as_sequence = &dnsl_as_sequence,
+    .tp_methods = dnsl_methods,
+    .tp_getset = dnsl_getset,
+    .tp_hash = PyObject_HashNotImplemented,
+};
+
 static int on_sample(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *end)
 {
     (void)field;
@@ -2481,14 +2765,14 @@ static int on_sample(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
         Py_SETREF(icmp, make_owned(ctx->mk->make_icmp, icmp_args, 3));
     }
     uint64_t index = msg_v(&m, S_DNS_INDEX);
-    PyObject *message = index > 0 && index <= (uint64_t)PyList_GET_SIZE(ctx->dns)
-                            ? PyList_GET_ITEM(ctx->dns, (Py_ssize_t)index - 1) : Py_None;
+    PyObject *message = index > 0 && index <= (uint64_t)Py_SIZE(ctx->dns)
+                            ? dnsl_item((DnsListObject *)ctx->dns, (Py_ssize_t)index - 1) : Py_NewRef(Py_None);
     PyObject *args[] = {
         msg_int(&m, S_TIMESTAMP, c->sample), msg_int(&m, S_DIRECTION, c->sample),
         Py_NewRef(ctx->head[H_PROTOCOL]), Py_NewRef(ctx->head[H_TRANSPORT]), Py_NewRef(ctx->head[H_LOCAL_IP]),
         Py_NewRef(ctx->head[H_REMOTE_IP]), Py_NewRef(ctx->head[H_LOCAL_PORT]), Py_NewRef(ctx->head[H_REMOTE_PORT]),
         msg_int(&m, S_SIZE, c->sample), payload, msg_int(&m, S_TCP_FLAGS, c->sample), msg_int(&m, S_PID, c->sample),
-        msg_str(&m, S_PROCESS_NAME, &c->heads), Py_NewRef(message), icmp,
+        msg_str(&m, S_PROCESS_NAME, &c->heads), message, icmp,
     };
     msg_fields_clear(&m);
     return buf_push(ctx->out, make_owned(ctx->mk->make_packet, args, 15));
@@ -2501,11 +2785,13 @@ static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
     DecodeCache *c = ctx->cache;
     ItemBuf items;
     buf_init(&items);
-    ReadCtx sub = {.mk = ctx->mk, .cache = c, .out = &items};
+    DnsBuild dnsb = {0};
+    ReadCtx sub = {.mk = ctx->mk, .cache = c, .out = &items, .dnsb = &dnsb};
     MsgFields m;
-    if (read_message(p, end, KINDS(RECORD_KINDS), &m, on_dns, &sub, 1)) {
+    if (read_message(p, end, KINDS(RECORD_KINDS), &m, on_dns_entry, &sub, 1)) {
         msg_fields_clear(&m);
         buf_clear(&items);
+        dnsb_clear(&dnsb);
         read_ctx_clear(&sub);
         return -1;
     }
@@ -2530,7 +2816,7 @@ static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
     read_ctx_clear(&sub);
     args[RF_NAME] = msg_str(&m, W_NAME, &c->heads);
     args[RF_END] = msg_str(&m, W_END, &c->heads);
-    args[RF_COUNT] = sub.dns = buf_list(&items);
+    args[RF_COUNT] = sub.dns = dnsl_from_build(&dnsb, ctx->mk);
     const uint8_t *later = m.later;
     msg_fields_clear(&m);
     int ok = 1;
@@ -2902,7 +3188,7 @@ PyMODINIT_FUNC PyInit_fastpath(void)
     if ((kept_wire_kwnames = Py_BuildValue("(s)", "kept_wire")) == NULL)
         return NULL;
     if (PyType_Ready(&WireReaderType) < 0 || PyType_Ready(&FlowTableType) < 0 || PyType_Ready(&WireFlowType) < 0 ||
-        PyType_Ready(&SlotMakerType) < 0)
+        PyType_Ready(&SlotMakerType) < 0 || PyType_Ready(&DnsListType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&fastpath_module);
     if (m == NULL)
@@ -2910,7 +3196,8 @@ PyMODINIT_FUNC PyInit_fastpath(void)
     if (PyModule_AddObjectRef(m, "WireReader", (PyObject *)&WireReaderType) < 0 ||
         PyModule_AddObjectRef(m, "FlowTable", (PyObject *)&FlowTableType) < 0 ||
         PyModule_AddObjectRef(m, "WireFlow", (PyObject *)&WireFlowType) < 0 ||
-        PyModule_AddObjectRef(m, "SlotMaker", (PyObject *)&SlotMakerType) < 0 || export_names(m) < 0) {
+        PyModule_AddObjectRef(m, "SlotMaker", (PyObject *)&SlotMakerType) < 0 ||
+        PyModule_AddObjectRef(m, "DnsList", (PyObject *)&DnsListType) < 0 || export_names(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

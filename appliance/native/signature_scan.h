@@ -179,17 +179,33 @@ static int sigscan_call(PyObject *callback, PyObject *flow, PyObject *m, uint64_
     return failed;
 }
 
+/* The message a loop step reads: the list's object, or a DnsList entry whose DnsMessage is made only when Python
+ * must see it (a call of the matcher, a hit). */
+typedef struct {
+    PyObject *object;      /* held; NULL until made (DnsList) */
+    PyObject *list;        /* the DnsList, or NULL */
+    Py_ssize_t index;
+} sigscan_message;
+
+static PyObject *sigscan_object(sigscan_message *m)
+{
+    if (m->object == NULL)
+        m->object = PySequence_GetItem(m->list, m->index);
+    return m->object;
+}
+
 /* When message m's entry (*evaluated, *holds) lacks some alive rule: those asked of the matcher (their name
  * conditions only), the entry grown in place and stored under qname; -1 with an exception. (Asking for every rule
  * the type leaves alive, so that an NXDOMAIN answer finds its query's entry complete, saved a third of the misses
  * on the bench corpus and cost as much: the NXDOMAIN rule's prefilter then ran on every query's name.) */
-static int sigscan_name_miss(const sigscan_state *s, PyObject *flow, PyObject *m, PyObject *qname, uint64_t alive,
+static int sigscan_name_miss(const sigscan_state *s, PyObject *flow, sigscan_message *m, PyObject *qname, uint64_t alive,
                              uint64_t *evaluated, uint64_t *holds)
 {
     uint64_t wanted = alive & ~*evaluated, failing, found = 0;
     if (sigscan_fails(s->prefilters, qname, wanted, &failing) < 0)
         return -1;
-    if ((wanted & ~failing) != 0 && sigscan_call(s->match, flow, m, wanted & ~failing, &found) < 0)
+    if ((wanted & ~failing) != 0
+        && (sigscan_object(m) == NULL || sigscan_call(s->match, flow, m->object, wanted & ~failing, &found) < 0))
         return -1;
     *evaluated |= wanted;
     *holds |= found;
@@ -220,7 +236,8 @@ static PyObject *dns_first_hits(PyObject *module, PyObject *const *args, Py_ssiz
         return NULL;
     }
     PyObject *out = args[0], *step = args[1], *flow = args[2], *messages = args[3], *state = args[4];
-    if (!PyList_Check(out) || !PyList_Check(messages)) {
+    DnsListObject *decoded = dnsw_as_list(messages);
+    if (!PyList_Check(out) || !(PyList_Check(messages) || decoded != NULL)) {
         PyErr_SetString(PyExc_TypeError, "dns_first_hits: out and messages must be lists");
         return NULL;
     }
@@ -253,20 +270,28 @@ static PyObject *dns_first_hits(PyObject *module, PyObject *const *args, Py_ssiz
     PyObject *prev_name = NULL;  /* held: the name whose entry prev_evaluated, prev_holds are */
     uint64_t prev_evaluated = 0, prev_holds = 0;
     int failed = 0;
-    /* The list is read by index each time: a memo read or a callback may run Python that changes it. */
-    for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(messages); i++) {
-        PyObject *m = Py_NewRef(PyList_GET_ITEM(messages, i));
+    /* The list is read by index each time: a memo read or a callback may run Python that changes it (a DnsList
+     * cannot change). A DnsList's entries give the fields without making the messages. */
+    Py_ssize_t count = decoded != NULL ? Py_SIZE(decoded) : 0;
+    for (Py_ssize_t i = 0; !failed && i < (decoded != NULL ? count : PyList_GET_SIZE(messages)); i++) {
+        sigscan_message m = {NULL, decoded != NULL ? messages : NULL, i};
+        const DnsEntry *e = decoded != NULL ? &decoded->entries[i] : NULL;
         PyObject *qname = NULL, *qtype = NULL, *response = NULL, *rcode = NULL;
         uint64_t alive = 0, hits = 0;
         failed = -1;
-        if ((qname = dnsw_get(m, &sigscan_qname)) == NULL)
-            goto next;
+        if (e == NULL) {
+            m.object = Py_NewRef(PyList_GET_ITEM(messages, i));
+            if ((qname = dnsw_get(m.object, &sigscan_qname)) == NULL)
+                goto next;
+        }
+        else
+            qname = Py_NewRef(e->qname);
         int named = PyUnicode_CheckExact(qname) ? PyUnicode_GET_LENGTH(qname) > 0 : PyObject_IsTrue(qname);
         if (named <= 0) {  /* a message without a question is no record */
             failed = named;
             goto next;
         }
-        if ((qtype = dnsw_get(m, &sigscan_qtype)) == NULL)
+        if ((qtype = e != NULL ? PyLong_FromUnsignedLong(e->qtype) : dnsw_get(m.object, &sigscan_qtype)) == NULL)
             goto next;
         PyObject *kind = PyDict_GetItemWithError(s.type_memo, qtype);
         if (kind == NULL && PyErr_Occurred())
@@ -274,13 +299,18 @@ static PyObject *dns_first_hits(PyObject *module, PyObject *const *args, Py_ssiz
         uint64_t kind_mask = 0, code_mask = s.query_alive;
         if (kind == NULL || sigscan_mask(kind, &kind_mask) < 0)
             goto missed;
-        if ((response = dnsw_get(m, &sigscan_is_response)) == NULL)
-            goto next;
-        int is_response = response == Py_True ? 1 : response == Py_False ? 0 : PyObject_IsTrue(response);
-        if (is_response < 0)
-            goto next;
+        int is_response;
+        if (e != NULL)
+            is_response = e->is_response;
+        else {
+            if ((response = dnsw_get(m.object, &sigscan_is_response)) == NULL)
+                goto next;
+            is_response = response == Py_True ? 1 : response == Py_False ? 0 : PyObject_IsTrue(response);
+            if (is_response < 0)
+                goto next;
+        }
         if (is_response) {
-            if ((rcode = dnsw_get(m, &sigscan_rcode)) == NULL)
+            if ((rcode = e != NULL ? PyLong_FromUnsignedLong(e->rcode) : dnsw_get(m.object, &sigscan_rcode)) == NULL)
                 goto next;
             PyObject *code = PyDict_GetItemWithError(s.code_memo, rcode);
             if (code == NULL && PyErr_Occurred())
@@ -306,7 +336,7 @@ static PyObject *dns_first_hits(PyObject *module, PyObject *const *args, Py_ssiz
                 goto next;
             Py_XSETREF(prev_name, Py_NewRef(qname));
         }
-        if ((alive & ~evaluated) != 0 && sigscan_name_miss(&s, flow, m, qname, alive, &evaluated, &holds) < 0) {
+        if ((alive & ~evaluated) != 0 && sigscan_name_miss(&s, flow, &m, qname, alive, &evaluated, &holds) < 0) {
             Py_CLEAR(prev_name);
             goto next;
         }
@@ -319,23 +349,27 @@ static PyObject *dns_first_hits(PyObject *module, PyObject *const *args, Py_ssiz
         if (PyErr_Occurred())
             goto next;
         Py_CLEAR(prev_name);  /* the Python miss may have changed the name memo */
-        if (sigscan_call(s.miss, flow, m, reported, &hits) < 0)
+        if (sigscan_object(&m) == NULL || sigscan_call(s.miss, flow, m.object, reported, &hits) < 0)
             goto next;
         failed = 0;
     next:
-        if (!failed) {
+        if (!failed && (hits & ~reported) != 0) {
             uint64_t fresh = hits & ~reported;  /* the memo's hits were among alive: already new */
-            reported |= fresh;
-            for (int bit = 0; fresh != 0; bit++, fresh >>= 1) {
-                if (fresh & 1)
-                    first[bit] = Py_NewRef(m);
+            if (sigscan_object(&m) == NULL)
+                failed = -1;
+            else {
+                reported |= fresh;
+                for (int bit = 0; fresh != 0; bit++, fresh >>= 1) {
+                    if (fresh & 1)
+                        first[bit] = Py_NewRef(m.object);
+                }
             }
         }
         Py_XDECREF(rcode);
         Py_XDECREF(response);
         Py_XDECREF(qtype);
         Py_XDECREF(qname);
-        Py_DECREF(m);
+        Py_XDECREF(m.object);
     }
     Py_XDECREF(prev_name);
     for (uint64_t left = reported; left != 0; left &= left - 1) {  /* ascending by rule */

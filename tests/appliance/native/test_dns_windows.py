@@ -15,20 +15,33 @@ from appliance.detection.analysis_config import AnalysisConfig
 from appliance.model import DnsMessage, FlowRecord, Transport
 from appliance.detection.dpi.dga_signals import DgaSignals
 from appliance.native import dpi
+from tests.appliance.native.test_dns_list import decoded
 from tests.appliance.detection.dns_flows import (analyzers, assert_same, assert_same_dga, dga_analyzers, eager_config,
                                                  random_flows)
 
 
-def test_random_flows_match_the_python_reference_under_small_bounds() -> None:
+def _as_built(flows: list[FlowRecord]) -> list[FlowRecord]:
+    return flows
+
+
+# The flows as built (DNS messages in lists: the server's own analysis) and as the analysis process decodes them (in
+# DnsLists, whose entries the C loops read in place): the same findings as the reference either way.
+READS = pytest.mark.parametrize("read", [_as_built, decoded], ids=["lists", "decoded"])
+
+
+@READS
+def test_random_flows_match_the_python_reference_under_small_bounds(read) -> None:
     rng = random.Random(11)
     configs = {i: eager_config(rng) for i in range(0, 600, 150)}
-    assert assert_same(random_flows(seed=11, count=600, agents=6), configs, max_keys=4, max_events=3, state_every=10) > 0
+    flows = read(random_flows(seed=11, count=600, agents=6))
+    assert assert_same(flows, configs, max_keys=4, max_events=3, state_every=10) > 0
 
 
-def test_dga_scan_matches_the_python_reference_under_small_bounds() -> None:
+@READS
+def test_dga_scan_matches_the_python_reference_under_small_bounds(read) -> None:
     rng = random.Random(12)
     configs = {i: eager_config(rng) for i in range(0, 600, 150)}
-    assert assert_same_dga(random_flows(seed=12, count=600, agents=6), configs, (3, 4, 2), state_every=10) > 0
+    assert assert_same_dga(read(random_flows(seed=12, count=600, agents=6)), configs, (3, 4, 2), state_every=10) > 0
 
 
 def _scanner(agents: dict | None = None) -> dpi.DnsScanner:

@@ -16,6 +16,7 @@ from appliance.detection.signatures.engine import RuleSet
 from appliance.detection.signatures.fields import FIELDS, QTYPES, RCODES
 from appliance.model import DnsMessage, FlowRecord, Transport
 from appliance.native.dpi import dns_first_hits
+from tests.appliance.native.test_dns_list import decoded
 from tests.appliance.detection.signatures.test_engine import GivenFacts, engines, random_rule, shown
 
 MESSAGE_FIELDS = [name for name in FIELDS if name.startswith("dns.")]
@@ -40,13 +41,18 @@ def dns_flow(rng: random.Random, n: int) -> FlowRecord:
     return flow
 
 
+@pytest.mark.parametrize("decode", [False, True], ids=["lists", "decoded"])
 @pytest.mark.parametrize("entries", [1, 2, 5])
-def test_the_dns_scan_finds_what_the_reference_finds_with_memos_overflowing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entries: int):
+def test_the_dns_scan_finds_what_the_reference_finds_with_memos_overflowing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entries: int,
+                                                                            decode: bool):
     """Rule sets reading only message fields (the scan this is about), memos of a few entries: every flow
-    finds what the reference finds, and no memo ever holds more than its bound."""
+    finds what the reference finds, and no memo ever holds more than its bound. Decoded, the flows' messages are
+    DnsLists, whose entries the C loop reads in place (test_dns_list.py)."""
     monkeypatch.setattr(matcher, "ITEM_MEMO_ENTRIES", entries)
     rng = random.Random(entries)
     flows = [dns_flow(rng, n) for n in range(150)]
+    if decode:
+        flows = decoded(flows)
     engine, reference = engines(tmp_path, facts=GivenFacts())
     hits = 0
     for round_ in range(25):
