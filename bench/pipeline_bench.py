@@ -117,7 +117,7 @@ def pipeline_rounds(flows: list) -> tuple[float, int, int]:
 def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int] | None = None) -> tuple[float, float]:
     """Packets/s from the first batch until every flow of the corpus is analysed (`worker`: where
     analysis runs; "off" is ingestion alone, ended flows counted and forgotten), for two passes of the corpus
-    through one appliance: the first pass of a new one (cold: both processes still grow their heaps, about 2,600
+    through one appliance: the first pass of a new one (cold: both processes still grow their heaps, about 1,700
     page faults in the analysis process) and a second under other agent names (warm, as an appliance that has been
     running is, and as the appliance bench's rounds run on one appliance, a new agent each round). The analysis
     process is placed as `python -m appliance` places it (analysis.pin_cpus); `server_cpus` pins ingestion alone
