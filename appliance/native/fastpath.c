@@ -2369,25 +2369,7 @@ typedef struct {
     PyObject *dns;    /* the record's DNS messages, a DnsList (samples link to them) */
     PyObject *head[H_COUNT]; /* borrowed: the record's fields every sample repeats */
     uint32_t protocol;
-    IntSlot first_time, last_time; /* the timestamps of the record's first and last DNS messages (its first_ns
-                                    * and last_ns when it is a DNS flow) */
 } ReadCtx;
-
-static void read_ctx_clear(ReadCtx *ctx)
-{
-    Py_CLEAR(ctx->first_time.o);
-    Py_CLEAR(ctx->last_time.o);
-}
-
-/* A record's first_ns or last_ns: its first or last DNS message's int when equal, else the field's. */
-static PyObject *record_time(const ReadCtx *sub, uint64_t v, IntSlot *slot)
-{
-    if (sub->first_time.o != NULL && sub->first_time.v == v)
-        return Py_NewRef(sub->first_time.o);
-    if (sub->last_time.o != NULL && sub->last_time.v == v)
-        return Py_NewRef(sub->last_time.o);
-    return cached_int(slot, v);
-}
 
 /* Call `make` with the `n` new references in args (released here, NULL among them meaning a failure). */
 static PyObject *call_owned(PyObject *make, PyObject **args, Py_ssize_t n)
@@ -2450,17 +2432,10 @@ static int on_dns(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *e
         buf_clear(&answers);
         return -1;
     }
-    PyObject *time = msg_int(&m, DM_TIMESTAMP, c->dns);
-    if (time != NULL) {
-        if (ctx->first_time.o == NULL)
-            ctx->first_time = (IntSlot){msg_v(&m, DM_TIMESTAMP), Py_NewRef(time)};
-        Py_XSETREF(ctx->last_time.o, Py_NewRef(time));
-        ctx->last_time.v = msg_v(&m, DM_TIMESTAMP);
-    }
     PyObject *args[] = {
         msg_int(&m, DM_ID, c->dns), PyBool_FromLong((long)msg_v(&m, DM_IS_RESPONSE)), msg_int(&m, DM_RCODE, c->dns),
         msg_str(&m, DM_QNAME, &c->names), msg_int(&m, DM_QTYPE, c->dns), msg_int(&m, DM_QCLASS, c->dns),
-        buf_list(&answers), PyBool_FromLong((long)msg_v(&m, DM_MALFORMED)), time,
+        buf_list(&answers), PyBool_FromLong((long)msg_v(&m, DM_MALFORMED)), msg_int(&m, DM_TIMESTAMP, c->dns),
     };
     msg_fields_clear(&m);
     return buf_push(ctx->out, make_owned(ctx->mk->make_dns, args, 9));
@@ -2608,7 +2583,6 @@ static PyObject *dnsl_item(DnsListObject *l, Py_ssize_t i)
     ReadCtx ctx = {.mk = &mk, .cache = &cache, .out = &one};
     const uint8_t *blob = l->blob != NULL ? l->blob : (const uint8_t *)""; /* none: every message is empty */
     int rc = on_dns(&ctx, DM_ANSWERS, blob + e->at, blob + e->at + e->len);
-    read_ctx_clear(&ctx);
     cache_clear(&cache);
     if (rc < 0) {
         buf_clear(&one);
@@ -2792,7 +2766,6 @@ static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
         msg_fields_clear(&m);
         buf_clear(&items);
         dnsb_clear(&dnsb);
-        read_ctx_clear(&sub);
         return -1;
     }
     PyObject *transports = ctx->mk->transports;
@@ -2811,9 +2784,8 @@ static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
     };
     for (size_t i = 0; i < sizeof(int_fields) / sizeof(int_fields[0]); i++)
         args[int_fields[i][0]] = msg_int(&m, int_fields[i][1], c->record);
-    args[RF_FIRST] = record_time(&sub, msg_v(&m, W_FIRST), &c->record[W_FIRST]);
-    args[RF_LAST] = record_time(&sub, msg_v(&m, W_LAST), &c->record[W_LAST]);
-    read_ctx_clear(&sub);
+    args[RF_FIRST] = msg_int(&m, W_FIRST, c->record);
+    args[RF_LAST] = msg_int(&m, W_LAST, c->record);
     args[RF_NAME] = msg_str(&m, W_NAME, &c->heads);
     args[RF_END] = msg_str(&m, W_END, &c->heads);
     args[RF_COUNT] = sub.dns = dnsl_from_build(&dnsb, ctx->mk);
@@ -2936,7 +2908,6 @@ static int on_agent_dns(void *vctx, uint32_t field, const uint8_t *p, const uint
     ReadCtx sub = {.mk = ctx->mk, .cache = ctx->cache, .out = &one};
     PyObject *agent = msg_str(&m, AD_AGENT, &ctx->cache->heads);
     PyObject *item = agent == NULL || on_dns(&sub, DM_ANSWERS, r.p, r.end) ? NULL : PyTuple_New(3);
-    read_ctx_clear(&sub);
     if (item != NULL) {
         PyTuple_SET_ITEM(item, 0, agent);
         PyTuple_SET_ITEM(item, 1, one.items[0]); /* moved out of `one` */

@@ -20,7 +20,9 @@
  * str; no C hash table. The masks are Python ints in the tables and C integers here: one scan state covers at
  * most SIGSCAN_RULES rules (DnsScan gives a larger protocol one state per 64 rules, `offset` apart).
  *
- * dns_first_hits(out: list, step, flow, messages: list, state) -> None
+ * dns_first_hits(out: list, step, flow, messages: list | DnsList, state) -> None
+ *     (a DnsList, a decoded flow's messages, is read from its entries: a message is made only for a call of
+ *     `miss` or `match` or for a hit, see dns_list.h)
  *     state = (offset, type_memo, code_memo, query_alive, name_memo, miss, match, entries, prefilters)
  *     appends (step, offset + i, message) to `out` for each rule i some message matched, ascending by i, with
  *     the first message that matched it.
