@@ -2601,11 +2601,6 @@ static PyObject *dnsl_item(DnsListObject *l, Py_ssize_t i)
     return message;
 }
 
-static PyObject *dnsl_as_list(PyObject *self)
-{
-    return PySequence_List(self);
-}
-
 /* Equal to a list (or DnsList) of equal messages, as the list it stands for. */
 static PyObject *dnsl_richcompare(PyObject *self, PyObject *other, int op)
 {
@@ -2656,10 +2651,10 @@ static int dnsl_traverse(DnsListObject *l, visitproc visit, void *arg)
     return 0;
 }
 
+/* Breaks a cycle through the messages made (a caller stored the list in one of them); the makers stay until
+ * dealloc, so an entry asked for again is made again rather than read through a NULL maker. */
 static int dnsl_clear(DnsListObject *l)
 {
-    Py_CLEAR(l->make_dns);
-    Py_CLEAR(l->make_answer);
     for (Py_ssize_t i = 0; l->made != NULL && i < Py_SIZE(l); i++)
         Py_CLEAR(l->made[i]);
     return 0;
@@ -2669,6 +2664,8 @@ static void dnsl_dealloc(DnsListObject *l)
 {
     PyObject_GC_UnTrack(l);
     dnsl_clear(l);
+    Py_CLEAR(l->make_dns);
+    Py_CLEAR(l->make_answer);
     for (Py_ssize_t i = 0; i < Py_SIZE(l); i++)
         Py_DECREF(l->entries[i].qname);
     PyMem_Free(l->made);
@@ -2698,7 +2695,6 @@ static PySequenceMethods dnsl_as_sequence = {
 
 static PyMethodDef dnsl_methods[] = {
     {"__reduce__", dnsl_reduce, METH_NOARGS, NULL},
-    {"as_list", (PyCFunction)dnsl_as_list, METH_NOARGS, "a list of the messages"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -160,3 +160,24 @@ def test_the_c_loops_read_the_entries_without_making_messages(tmp_path) -> None:
     hits = sum(len(engine.analyze(flow)) for flow in flows)
     made, messages = sum(flow.dns.made for flow in flows), sum(len(flow.dns) for flow in flows)
     assert 0 < hits and made < messages / 2, (hits, made, messages)  # these flows hit often: 96 of 363
+
+
+def test_a_cycle_through_a_made_message_is_collected_and_the_list_still_reads() -> None:
+    """A caller may store the list in one of its messages' answers: the collector sees the made messages and frees
+    the cycle. Making every message (a copy) keeps the ones made before."""
+    def alive() -> int:
+        return sum(type(o) is DnsList for o in gc.get_objects())
+
+    gc.collect()
+    before = alive()
+    (flow,) = decoded([_flow(_messages())])
+    dns = flow.dns
+    dns[1].answers.append(dns)  # type: ignore[arg-type]
+    del flow, dns
+    assert alive() == before + 1  # held by its own message: only the collector can free it
+    gc.collect()
+    assert alive() == before  # the cycle was found and freed
+    (again,) = decoded([_flow(_messages())])
+    message = again.dns[1]
+    again.dns.__reduce__()  # makes every message
+    assert again.dns[1] is message and again.dns == _messages()
