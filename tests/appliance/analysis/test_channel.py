@@ -87,3 +87,86 @@ def test_the_server_end_asks_for_a_send_buffer_that_holds_a_whole_batch() -> Non
     assert Channel(theirs).send_buffer() < ours.send_buffer()  # only the server's end is raised
     ours.close()
     assert ours.send_buffer() == 0
+
+
+def wire_flows_and_records() -> tuple[list, list]:
+    """Ended flows of a corpus as the server's table hands them over (WireFlows, and FlowRecords Python held)."""
+    from appliance.flows.tracker import FlowTracker
+    from appliance.ingest.convert import PacketConverter
+    from tests.appliance.detection import scenarios as sc
+
+    ended: list = []
+    tracker = FlowTracker(ended.extend, ended_as_wire=True)
+    converter = PacketConverter()
+    for stream in (sc.benign_office(2, minutes=5), sc.icmp_tunnel()):
+        tracker.stream_opened(stream.machine_id)
+        tracker.add_packets(stream.machine_id, converter.read(stream.sorted()))
+        tracker.stream_closed(stream.machine_id)
+    from appliance.native.fastpath import WireFlow
+
+    wire = [f for f in ended if type(f) is WireFlow]
+    held = [f for f in ended if type(f) is not WireFlow]
+    assert len(wire) > 50 and held  # the ICMP tunnel's flows are held by Python
+    return wire, ended
+
+
+def test_a_frame_of_parts_is_the_encoded_batch_framed() -> None:
+    """send_parts writes what send(FLOWS, record_codec.encode(flows)) writes: WireFlows' entries as they are, runs of
+    FlowRecords encoded (record_parts); the frame decodes to the flows in their order."""
+    from appliance.flows import record_codec
+
+    wire, mixed = wire_flows_and_records()
+    a, b = pair()
+    a.send_parts(FLOWS, record_codec.VERSION_FIELD, wire)
+    assert b.recv() == (FLOWS, record_codec.encode(wire))
+    with pytest.raises(TypeError, match="WireFlow or bytes"):  # a FlowRecord among them: nothing written
+        a.send_parts(FLOWS, record_codec.VERSION_FIELD, mixed)
+    a.send_parts(FLOWS, record_codec.VERSION_FIELD, record_codec.record_parts(mixed))
+    kind, payload = b.recv()
+    assert kind == FLOWS and payload == record_codec.encode(mixed)
+    assert [f.flow_id for f in record_codec.decode(payload)] == [f.flow_id for f in mixed]
+    a.send_parts(CONTROL, b"", [])  # an empty payload is a frame too
+    assert b.recv() == (CONTROL, b"")
+
+
+@pytest.mark.parametrize("bad", [None, "text", bytearray(b"x"), 7])
+def test_a_part_that_is_not_bytes_or_a_wireflow_writes_nothing(bad: object) -> None:
+    a, b = pair()
+    with pytest.raises(TypeError):
+        a.send_parts(FLOWS, b"v", [b"one", bad])
+    with pytest.raises(TypeError):
+        a.send_parts(b"FF", b"v", [])  # the kind is one byte
+    b.sock.setblocking(False)
+    with pytest.raises(BlockingIOError):  # nothing reached the peer
+        b.sock.recv(1)
+
+
+def test_a_frame_of_parts_is_written_without_the_interpreter_lock() -> None:
+    """A frame larger than the socket's buffers, with nobody reading yet: the writing thread waits in the kernel
+    with the lock released, so Python runs meanwhile; once read, the frame arrives whole."""
+    import threading
+    import time
+
+    a, b = pair()
+    parts = [bytes([i % 256]) * 65_536 for i in range(128)]  # 8 MiB
+    writer = threading.Thread(target=a.send_parts, args=(FLOWS, b"head", parts))
+    writer.start()
+    ticks = 0
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:
+        ticks += 1
+    assert writer.is_alive() and ticks > 10_000  # the write is blocked, the interpreter is not
+    parts.clear()  # the caller's list may change: the frame is what was handed over
+    assert b.recv() == (FLOWS, b"head" + b"".join(bytes([i % 256]) * 65_536 for i in range(128)))
+    writer.join(5)
+    assert not writer.is_alive()
+
+
+def test_parts_to_a_peer_that_went_away_or_a_closed_channel_end_the_channel() -> None:
+    a, b = pair()
+    b.close()
+    with pytest.raises(ChannelClosed):
+        a.send_parts(FLOWS, b"v", [b"x" * 100_000])
+    a.close()
+    with pytest.raises(ChannelClosed):  # a closed socket's descriptor is -1: never written to
+        a.send_parts(FLOWS, b"v", [b"x"])
