@@ -12,12 +12,9 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import threading
-from collections.abc import Sequence
 from typing import Any
 
 from appliance.errors import ApplianceError
-from appliance.native.fastpath import write_frame
 
 FLOWS = b"F"  # FlowRecordBatch
 DNS = b"D"  # DnsBatch
@@ -40,12 +37,10 @@ class ChannelClosed(ApplianceError):
 
 
 class Channel:
-    """One end of the socketpair. Frames are written whole, one at a time, from any thread; `recv` runs on one
-    thread (beside the writers)."""
+    """One end of the socketpair. `send` and `recv` may run on two threads at once (one each)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self._write_lock = threading.Lock()  # a frame is written whole; close() waits for the one being written
 
     @classmethod
     def pair(cls) -> tuple[Channel, socket.socket]:
@@ -63,21 +58,10 @@ class Channel:
             return 0
 
     def send(self, kind: bytes, payload: bytes) -> None:
-        with self._write_lock:
-            try:
-                self.sock.sendall(_HEAD.pack(kind, len(payload)) + payload)
-            except OSError as err:
-                raise ChannelClosed(str(err)) from None
-
-    def send_parts(self, kind: bytes, head: bytes, parts: Sequence[Any]) -> None:
-        """One frame whose payload is `head` and `parts` (WireFlows' entries, bytes) joined: gathered and written in C
-        with the interpreter lock released (fastpath.write_frame). TypeError, before anything is written, for a
-        part of another type."""
-        with self._write_lock:
-            try:
-                write_frame(self.sock.fileno(), kind, head, parts)
-            except OSError as err:
-                raise ChannelClosed(str(err)) from None
+        try:
+            self.sock.sendall(_HEAD.pack(kind, len(payload)) + payload)
+        except OSError as err:
+            raise ChannelClosed(str(err)) from None
 
     def send_json(self, kind: bytes, body: dict[str, Any]) -> None:
         self.send(kind, json.dumps(body, separators=(",", ":")).encode())
@@ -116,9 +100,8 @@ class Channel:
         return kind, self._exactly(size) if size else b""
 
     def close(self) -> None:
-        try:  # first: a write blocked on a full buffer ends (EPIPE) and lets go of the lock
+        try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        with self._write_lock:  # never close the descriptor under a write (its number could be reused meanwhile)
-            self.sock.close()
+        self.sock.close()

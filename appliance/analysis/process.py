@@ -6,13 +6,10 @@ add up. Here analysis runs in `python -m appliance.analysis.worker`, a process o
 core, fed through a socketpair:
 
 - Ended flows go into a bounded, per-agent-fair queue (`FairQueue`); a sender thread takes rounds of
-  it (gathering for a few milliseconds, GATHER, or until a batch is full, so frames are few and large)
-  and hands them to a writer thread, which writes each as a flow record batch (proto/flow_record.proto)
-  to the channel. The writer gathers a frame's records and writes it in C without the interpreter lock
-  (`fastpath.write_frame`): the gRPC streams and the sender run on while a frame is copied and written.
-  When analysis falls behind the socket fills, the writer waits, then
-  the sender (WRITES_IN_FLIGHT), the queue holds its bound and what does not fit is dropped and counted
-  per agent: nothing ever blocks a gRPC stream.
+  it, encodes them as flow record batches (proto/flow_record.proto) and writes them to the channel.
+  It gathers for a few milliseconds (GATHER) or until a batch is full, so frames are few and large.
+  When analysis falls behind the socket fills, the sender waits, the queue holds its bound and what
+  does not fit is dropped and counted per agent: nothing ever blocks a gRPC stream.
 - DNS answers and resolver events travel ahead of the flows that follow them (the resolver cache
   must know a name before the connection to its address is analysed).
 - REST changes to the analysis config, exclusions and console settings are saved in SQLite by this
@@ -36,7 +33,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import deque
 from typing import Any
 
 from appliance.analysis.channel import CONTROL, DNS, FLOWS, STATS, Channel, ChannelClosed
@@ -55,9 +51,6 @@ BATCH_FLOWS = 256
 # per frame, and the analysis process a wake-up per frame; a few milliseconds more before a flow is
 # analysed are nothing beside its idle timeout. A drain sends at once.
 GATHER = 0.004
-# Frames taken and not yet written: the writer writes one while the sender gathers the next; when analysis falls
-# behind, the sender waits here and the fair queue holds the bound.
-WRITES_IN_FLIGHT = 2
 RESTART_BACKOFF = (0.5, 10.0)  # first and longest wait before starting a dead analysis process again
 START_TIMEOUT = 120.0  # a process that has not said it is ready by then is killed and started again
 
@@ -86,9 +79,6 @@ class AnalysisProcess(QueuedHandOff):
         self._flush = False  # a drain waits: send what is pending without gathering
         self._closing = False
         self._threads: list[threading.Thread] = []
-        # Frames the sender took and the writer has not written yet (a None ends the writer); at most WRITES_IN_FLIGHT.
-        self._writes: deque[tuple[str, Any, bytes | None, Channel | None, int] | None] = deque()
-        self._write_cond = threading.Condition()
         self._stats: dict[str, Any] = {}  # the running process's counters
         self._base: dict[str, int] = {}  # counters of processes that died: metrics never go backwards
         self._sent_flows = 0  # flows handed to the running process
@@ -175,9 +165,7 @@ class AnalysisProcess(QueuedHandOff):
         if self._proc is None:
             self.spawn()
         self._closing = False
-        self._writes.clear()
-        for target, name in ((self._send_loop, "analysis-send"), (self._write_loop, "analysis-write"),
-                             (self._receive_loop, "analysis-receive")):
+        for target, name in ((self._send_loop, "analysis-send"), (self._receive_loop, "analysis-receive")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -261,75 +249,42 @@ class AnalysisProcess(QueuedHandOff):
                 cond.wait(wait)
 
     def _send_loop(self) -> None:
-        """Take what is due and hand it to the writer (at most WRITES_IN_FLIGHT frames ahead of it)."""
-        try:
-            while True:
-                work = self._next_work()
-                if work is None:
-                    return
-                kind, item = work
-                with self._cond:
-                    channel, generation = self._channel, self._generation
-                    if kind == "flows":
-                        self._sent_flows += len(item)
-                # A DNS batch is small and its items Python objects: encoded here, written as bytes.
-                payload = record_codec.encode_dns(item) if kind == "dns" else None
-                with self._write_cond:
-                    self._write_cond.wait_for(lambda: len(self._writes) < WRITES_IN_FLIGHT)
-                    self._writes.append((kind, item, payload, channel, generation))
-                    self._write_cond.notify_all()
-        finally:
-            with self._write_cond:
-                self._writes.append(None)  # the writer ends after what was handed over
-                self._write_cond.notify_all()
-
-    def _write_loop(self) -> None:
-        """Write the frames the sender hands over, in order. It runs with the server's threads: on the analysis
-        process's CPU it was slower (its calls into the interpreter crossed cores), 0.91 M against 1.01 M packets/s
-        until analysed (ten interleaved rounds, 2026-11-24 20:40 UTC)."""
         while True:
-            with self._write_cond:
-                self._write_cond.wait_for(lambda: bool(self._writes))
-                work = self._writes[0]  # stays in flight (counted against WRITES_IN_FLIGHT) until written
+            work = self._next_work()
             if work is None:
                 return
-            kind, item, payload, channel, generation = work
+            kind, item = work
+            with self._cond:
+                channel, generation = self._channel, self._generation
             try:
                 if channel is None:
                     raise ChannelClosed("no analysis process")
                 if kind == "flows":
-                    try:
-                        channel.send_parts(FLOWS, record_codec.VERSION_FIELD, item)
-                    except TypeError:  # a FlowRecord among the WireFlows (one Python kept): encoded, then written
-                        channel.send_parts(FLOWS, record_codec.VERSION_FIELD, record_codec.record_parts(item))
+                    payload = record_codec.encode(item)
+                    with self._cond:
+                        if generation == self._generation:
+                            self._sent_flows += len(item)
+                    channel.send(FLOWS, payload)
                 elif kind == "dns":
-                    channel.send(DNS, payload)
+                    channel.send(DNS, record_codec.encode_dns(item))
                 elif kind == "reload":
                     channel.send_json(CONTROL, {"op": "reload"})
                 else:
                     channel.send_json(CONTROL, {"op": "drain", "seq": item})
-            except Exception as err:  # noqa: BLE001 - the writer outlives any one frame
-                # The process died with this frame unwritten (or, a bug, the frame could not be written). Lost flows
-                # are counted once: here while the dead process's generation lasts, by _restart (from _sent_flows)
-                # once it has been replaced.
-                if not isinstance(err, ChannelClosed):
-                    log.exception("a %s frame to the analysis process was not written", kind)
+            except ChannelClosed:
+                # The process died with this batch unsent: the receiver counts it lost and restarts.
                 if kind == "flows":
                     with self._cond:
                         if generation == self._generation:
                             self._sent_flows -= len(item)
-                            self.flows_lost += len(item)
+                        self.flows_lost += len(item)
                 elif kind == "drain":
                     with self._queue.cond:
                         self._drain_sent = 0  # asked again of the next process
-                if isinstance(err, ChannelClosed):
-                    self._wait_for_generation(generation)
+                self._wait_for_generation(generation)
             finally:
                 if kind == "flows":
                     self._queue.done(len(item))
-                with self._write_cond:
-                    self._writes.popleft()
-                    self._write_cond.notify_all()
 
     def _wait_for_generation(self, dead: int) -> None:
         with self._cond:

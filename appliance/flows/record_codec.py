@@ -20,7 +20,7 @@ from appliance.native import slot_maker
 from appliance.native.fastpath import SlotMaker, WireFlow, decode_dns_batch, decode_records, encode_dns_batch
 
 VERSION = 1
-VERSION_FIELD = pb.FlowRecordBatch(version=VERSION).SerializeToString()  # a batch is this, then its records entries
+_VERSION_FIELD = pb.FlowRecordBatch(version=VERSION).SerializeToString()
 
 # An ended flow as the flow table hands it over: a FlowRecord, or, for a flow Python never held, the
 # record already in this contract's encoding (appliance.native.fastpath.WireFlow).
@@ -64,28 +64,22 @@ def encode(records: Sequence[EndedFlow]) -> bytes:
     together (the serialization of a batch without its version is a run of records entries).
     """
     try:  # every record a WireFlow (the server's hand-off: the C table wrote them all): joined in one C call
-        return b"".join([VERSION_FIELD, *map(_entry_of, records)])
+        return b"".join([_VERSION_FIELD, *map(_entry_of, records)])
     except AttributeError:  # a FlowRecord among them (one Python kept: ICMP, a thread's pipeline)
         pass
-    return b"".join([VERSION_FIELD, *(p.entry if type(p) is WireFlow else p for p in record_parts(records))])
-
-
-def record_parts(records: Sequence[EndedFlow]) -> list[WireFlow | bytes]:
-    """The records entries of `records`, in their order, for a batch after VERSION_FIELD: WireFlows as they are,
-    each run of FlowRecords encoded together as bytes."""
-    parts: list[WireFlow | bytes] = []
+    parts = [_VERSION_FIELD]
     run: list[FlowRecord] = []
     for r in records:
         if type(r) is WireFlow:
             if run:
                 parts.append(_encode_records(run))
                 run = []
-            parts.append(r)
+            parts.append(r.entry)
         else:
             run.append(r)
     if run:
         parts.append(_encode_records(run))
-    return parts
+    return b"".join(parts)
 
 
 def _encode_records(records: list[FlowRecord]) -> bytes:

@@ -20,8 +20,7 @@
  *
  * The semantics are those of the pure-Python tracker this replaced, kept as the test oracle in
  * tests/appliance/native/reference_model.py; the differential tests require identical results.
- * All methods run with the GIL held and are serialised by the Python wrapper's lock, but for write_frame,
- * which copies and writes a frame of flow records with the GIL released (see there).
+ * All methods run with the GIL held and are serialised by the Python wrapper's lock.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -30,8 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <errno.h>
-#include <unistd.h>
 
 #include "dns_wire.h"
 #include "slot_maker.h"
@@ -3031,137 +3028,7 @@ static PyObject *fastpath_encode_dns_batch(PyObject *module, PyObject *items)
     return out;
 }
 
-
-/* ------------------------------------------------------------------------------------------ */
-/* write_frame: a frame of the analysis channel written without the interpreter lock           */
-
-/* The server hands every ended flow to its analysis process as frames of the local channel (kind byte, 4-byte
- * big-endian length, payload: appliance/analysis/channel.py). A flow frame is the batch's version field and its
- * records entries, about 1 MB. Joining the entries into a bytes object, framing it and writing it from Python held
- * the interpreter lock for two copies of each frame, on the ingestion core, while every gRPC stream waited. Here
- * the entries are gathered under the lock (a pointer each), then copied into one reused buffer and written with
- * the lock released, so the thread that writes can run beside ingestion on the analysis CPU
- * (appliance.analysis.process: the writer thread). */
-static char *frame_buffer;
-static size_t frame_buffer_size;
-static PyThread_type_lock frame_buffer_lock;
-#define FRAME_BUFFER_KEEP ((size_t)8 << 20) /* a larger buffer (one huge frame) is freed after its write */
-
-typedef struct {
-    const char *data;
-    size_t size;
-} FramePart;
-
-static PyObject *fastpath_write_frame(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "write_frame(fd, kind, head, parts) takes 4 arguments");
-        return NULL;
-    }
-    long fd = PyLong_AsLong(args[0]);
-    if (fd == -1 && PyErr_Occurred())
-        return NULL;
-    if (fd < 0 || fd > INT32_MAX) { /* a closed socket's fileno() is -1: the channel is done */
-        errno = EBADF;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    if (!PyBytes_Check(args[1]) || PyBytes_GET_SIZE(args[1]) != 1 || !PyBytes_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "write_frame: kind is one byte and head bytes");
-        return NULL;
-    }
-    /* A tuple of the parts: it holds them (and their bytes) while the lock is released, whatever the caller's
-     * list does meanwhile. */
-    PyObject *parts = PySequence_Tuple(args[3]);
-    if (parts == NULL)
-        return NULL;
-    Py_ssize_t n = PyTuple_GET_SIZE(parts) + 1;
-    FramePart *spans = PyMem_Malloc(sizeof(FramePart) * (size_t)n);
-    if (spans == NULL) {
-        Py_DECREF(parts);
-        return PyErr_NoMemory();
-    }
-    spans[0].data = PyBytes_AS_STRING(args[2]);
-    spans[0].size = (size_t)PyBytes_GET_SIZE(args[2]);
-    size_t payload = spans[0].size;
-    for (Py_ssize_t i = 1; i < n; i++) {
-        PyObject *part = PyTuple_GET_ITEM(parts, i - 1);
-        if (Py_IS_TYPE(part, &WireFlowType))
-            part = ((WireFlow *)part)->entry;
-        else if (!PyBytes_Check(part)) {
-            PyErr_Format(PyExc_TypeError, "write_frame: a part is a WireFlow or bytes, not %.100s", Py_TYPE(part)->tp_name);
-            goto fail;
-        }
-        spans[i].data = PyBytes_AS_STRING(part);
-        spans[i].size = (size_t)PyBytes_GET_SIZE(part);
-        payload += spans[i].size;
-    }
-    if (payload > UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "write_frame: the frame is over 4 GiB");
-        goto fail;
-    }
-    const char kind = PyBytes_AS_STRING(args[1])[0];
-    size_t size = 5 + payload;
-    int err = 0;
-    Py_BEGIN_ALLOW_THREADS
-    PyThread_acquire_lock(frame_buffer_lock, WAIT_LOCK);
-    if (size > frame_buffer_size) {
-        free(frame_buffer);
-        frame_buffer = malloc(size);
-        frame_buffer_size = frame_buffer != NULL ? size : 0;
-    }
-    if (frame_buffer == NULL)
-        err = ENOMEM;
-    else {
-        char *o = frame_buffer;
-        *o++ = kind;
-        *o++ = (char)(payload >> 24);
-        *o++ = (char)(payload >> 16);
-        *o++ = (char)(payload >> 8);
-        *o++ = (char)payload;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            memcpy(o, spans[i].data, spans[i].size);
-            o += spans[i].size;
-        }
-        for (size_t done = 0; done < size;) {
-            ssize_t wrote = write((int)fd, frame_buffer + done, size - done);
-            if (wrote < 0) {
-                if (errno == EINTR)
-                    continue;
-                err = errno;
-                break;
-            }
-            done += (size_t)wrote;
-        }
-        if (frame_buffer_size > FRAME_BUFFER_KEEP) {
-            free(frame_buffer);
-            frame_buffer = NULL;
-            frame_buffer_size = 0;
-        }
-    }
-    PyThread_release_lock(frame_buffer_lock);
-    Py_END_ALLOW_THREADS
-    PyMem_Free(spans);
-    Py_DECREF(parts);
-    if (err == ENOMEM)
-        return PyErr_NoMemory();
-    if (err) {
-        errno = err;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    return PyLong_FromSize_t(size);
-fail:
-    PyMem_Free(spans);
-    Py_DECREF(parts);
-    return NULL;
-}
-
 static PyMethodDef fastpath_functions[] = {
-    {"write_frame", (PyCFunction)(void (*)(void))fastpath_write_frame, METH_FASTCALL,
-     "write_frame(fd, kind, head, parts) -> int: write one frame of the analysis channel to the file descriptor: kind\n"
-     "(one byte), the payload's length (4 bytes, big-endian), then head and the parts (WireFlows' entries, bytes) as\n"
-     "the payload; copied and written with the interpreter lock released. Returns the bytes written; TypeError for a\n"
-     "part of another type and ValueError for a payload over 4 GiB (nothing written); OSError when writing fails\n"
-     "(the frame may be cut: the channel is done)"},
     {"dns_wire", (PyCFunction)(void (*)(void))fastpath_dns_wire, METH_VARARGS | METH_KEYWORDS,
      "dns_wire(payload, timestamp_ns=0, tcp=False, field=0) -> bytes | None: the serialized sensor.flows.DnsMessage\n"
      "of appliance.flows.dns.parse_dns (parse_dns_tcp when tcp), None where it returns None; with field > 0, that\n"
@@ -3275,10 +3142,6 @@ static int export_names(PyObject *m)
 
 PyMODINIT_FUNC PyInit_fastpath(void)
 {
-    if (frame_buffer_lock == NULL && (frame_buffer_lock = PyThread_allocate_lock()) == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
     if (init_hash_key() < 0)
         return NULL;
     for (int i = 0; i < E_COUNT; i++)

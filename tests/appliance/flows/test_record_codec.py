@@ -108,7 +108,7 @@ def test_records_the_flow_table_wrote_in_c_decode_to_the_records_python_would_ha
     assert all(f.entry and f.flow_id and f.agent_id and f.last_ns for f in wire_flows)
     assert record_codec.decode(record_codec.encode(as_wire)) == expanded  # mixed runs keep their order
     only_wire = record_codec.encode(wire_flows)  # joined in one call
-    assert only_wire == b"".join([record_codec.VERSION_FIELD, *(f.entry for f in wire_flows)])
+    assert only_wire == b"".join([record_codec._VERSION_FIELD, *(f.entry for f in wire_flows)])
     assert record_codec.decode(only_wire) == [e for f, e in zip(as_wire, expanded) if isinstance(f, WireFlow)]
     assert [record_codec.expanded(record_codec.record_of(f)) for f in as_wire] == expanded
     assert [(f.flow_id, f.agent_id, f.last_ns) for f in wire_flows] == [

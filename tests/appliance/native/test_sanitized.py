@@ -51,7 +51,6 @@ def test_the_extensions_are_memory_safe_under_the_other_tests(tmp_path):
             check=True,
         )
     tests = sorted(str(p) for p in HERE.glob("test_*.py") if p.name != Path(__file__).name)
-    tests.append(str(ROOT / "tests" / "appliance" / "analysis" / "test_channel.py"))  # fastpath.write_frame's
     env = dict(os.environ, LD_PRELOAD=_libasan(),
                # Every Python object from malloc, so that reading past a small bytes object is caught too.
                PYTHONMALLOC="malloc",
