@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import threading
 from typing import Any
 
 from appliance.errors import ApplianceError
@@ -37,10 +38,14 @@ class ChannelClosed(ApplianceError):
 
 
 class Channel:
-    """One end of the socketpair. `send` and `recv` may run on two threads at once (one each)."""
+    """One end of the socketpair. Frames are written whole, one at a time, from any thread; `recv` runs on one
+    thread (beside the writers)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        # A frame is written whole: the server's sender and a stop() from another thread never interleave their
+        # bytes (a large frame is several writes when the buffer fills). close() waits for the frame being written.
+        self._write_lock = threading.Lock()
 
     @classmethod
     def pair(cls) -> tuple[Channel, socket.socket]:
@@ -58,10 +63,11 @@ class Channel:
             return 0
 
     def send(self, kind: bytes, payload: bytes) -> None:
-        try:
-            self.sock.sendall(_HEAD.pack(kind, len(payload)) + payload)
-        except OSError as err:
-            raise ChannelClosed(str(err)) from None
+        with self._write_lock:
+            try:
+                self.sock.sendall(_HEAD.pack(kind, len(payload)) + payload)
+            except OSError as err:
+                raise ChannelClosed(str(err)) from None
 
     def send_json(self, kind: bytes, body: dict[str, Any]) -> None:
         self.send(kind, json.dumps(body, separators=(",", ":")).encode())
@@ -100,8 +106,9 @@ class Channel:
         return kind, self._exactly(size) if size else b""
 
     def close(self) -> None:
-        try:
+        try:  # first: a write blocked on a full buffer ends (EPIPE) and lets go of the lock
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self.sock.close()
+        with self._write_lock:  # never close the descriptor under a write (its number could be reused meanwhile)
+            self.sock.close()

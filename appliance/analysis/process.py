@@ -272,12 +272,13 @@ class AnalysisProcess(QueuedHandOff):
                 else:
                     channel.send_json(CONTROL, {"op": "drain", "seq": item})
             except ChannelClosed:
-                # The process died with this batch unsent: the receiver counts it lost and restarts.
+                # The process died with this batch unsent. Its flows are counted lost once: here while the dead
+                # process's generation lasts, else by _restart, which counted them in _sent_flows already.
                 if kind == "flows":
                     with self._cond:
                         if generation == self._generation:
                             self._sent_flows -= len(item)
-                        self.flows_lost += len(item)
+                            self.flows_lost += len(item)
                 elif kind == "drain":
                     with self._queue.cond:
                         self._drain_sent = 0  # asked again of the next process

@@ -87,3 +87,28 @@ def test_the_server_end_asks_for_a_send_buffer_that_holds_a_whole_batch() -> Non
     assert Channel(theirs).send_buffer() < ours.send_buffer()  # only the server's end is raised
     ours.close()
     assert ours.send_buffer() == 0
+
+
+def test_frames_sent_from_two_threads_at_once_arrive_whole() -> None:
+    """The server's sender and a stop() on another thread may write at the same time: a frame larger than the
+    socket's buffers takes several writes, and none of another frame's bytes may come between them."""
+    import threading
+    import time
+
+    a, b = pair()
+    b.sock.settimeout(10)  # interleaved bytes would read as a wrong length: fail, not hang
+    size = 3 << 20
+
+    def send_many(fill: int) -> None:
+        for _ in range(6):
+            a.send(FLOWS, bytes([fill]) * size)
+
+    senders = [threading.Thread(target=send_many, args=(fill,)) for fill in (1, 2)]
+    for sender in senders:
+        sender.start()
+    time.sleep(0.2)  # both wait on a full buffer before anything is read
+    frames = [b.recv() for _ in range(12)]
+    for sender in senders:
+        sender.join()
+    assert sorted(payload[0] for _, payload in frames) == [1] * 6 + [2] * 6
+    assert all(kind == FLOWS and payload == bytes([payload[0]]) * size for kind, payload in frames)
