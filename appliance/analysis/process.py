@@ -254,6 +254,7 @@ class AnalysisProcess(QueuedHandOff):
             if work is None:
                 return
             kind, item = work
+            counted = False
             with self._cond:
                 channel, generation = self._channel, self._generation
             try:
@@ -262,7 +263,8 @@ class AnalysisProcess(QueuedHandOff):
                 if kind == "flows":
                     payload = record_codec.encode(item)
                     with self._cond:
-                        if generation == self._generation:
+                        counted = generation == self._generation  # in _sent_flows: what _restart counts as lost
+                        if counted:
                             self._sent_flows += len(item)
                     channel.send(FLOWS, payload)
                 elif kind == "dns":
@@ -272,12 +274,13 @@ class AnalysisProcess(QueuedHandOff):
                 else:
                     channel.send_json(CONTROL, {"op": "drain", "seq": item})
             except ChannelClosed:
-                # The process died with this batch unsent. Its flows are counted lost once: here while the dead
-                # process's generation lasts, else by _restart, which counted them in _sent_flows already.
+                # The process died with this batch unsent. Its flows are counted lost once: by _restart when they were
+                # in _sent_flows and it came first, else here.
                 if kind == "flows":
                     with self._cond:
-                        if generation == self._generation:
+                        if counted and generation == self._generation:
                             self._sent_flows -= len(item)
+                        if not counted or generation == self._generation:
                             self.flows_lost += len(item)
                 elif kind == "drain":
                     with self._queue.cond:

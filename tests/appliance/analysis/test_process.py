@@ -409,3 +409,52 @@ def test_the_sender_gathers_flows_into_few_frames_a_full_batch_or_a_drain_sends_
         assert frames[2] == (FLOWS, 64)
     finally:
         analysis.stop()
+
+
+@pytest.mark.parametrize("restart", ["none", "during_encode", "during_send"])
+def test_a_batch_the_dying_process_never_got_is_counted_lost_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restart: str) -> None:
+    """The sender's batch fails on a dead channel: its flows count in `flows_lost` exactly once, whether the restart
+    (which counts what was handed to the dead process) came before the batch was counted as sent, after, or not yet."""
+    from appliance.analysis import process
+    from appliance.analysis.channel import Channel, ChannelClosed
+    from appliance.config import parse_settings
+    from appliance.flows import record_codec
+    from tests.appliance.flows.test_record_codec import flows_of
+
+    settings = parse_settings({"paths": {"state_dir": str(tmp_path / "state"), "certs_dir": str(tmp_path / "certs"),
+                                         "static_dir": str(tmp_path / "static"), "signatures_dir": str(tmp_path)}})
+    analysis = process.AnalysisProcess(settings, 10_000)
+    flows = flows_of(sc.benign_office(1, minutes=2))[:20]
+
+    def restarted() -> None:  # what _restart does with the counters when the process died
+        with analysis._cond:
+            analysis.flows_lost += analysis._sent_flows
+            analysis._sent_flows = 0
+            analysis._generation += 1
+
+    class DeadChannel(Channel):
+        def __init__(self) -> None:
+            pass
+
+        def send(self, kind: bytes, payload: bytes) -> None:
+            if restart == "during_send":
+                restarted()
+            raise ChannelClosed("gone")
+
+    encode = record_codec.encode
+
+    def encoding(items: list) -> bytes:
+        if restart == "during_encode":
+            restarted()
+        return encode(items)
+
+    work = iter([("flows", flows), None])
+    monkeypatch.setattr(analysis, "_next_work", lambda: next(work))
+    monkeypatch.setattr(analysis, "_wait_for_generation", lambda dead: None)
+    monkeypatch.setattr(record_codec, "encode", encoding)
+    analysis._channel = DeadChannel()
+    analysis._queue.put_many(flows)
+    assert analysis._queue.take_round(len(flows), timeout=0) == flows  # taken, as _next_work takes them
+    analysis._send_loop()
+    assert analysis.flows_lost == len(flows) and analysis._sent_flows == 0 and analysis._queue.idle
