@@ -97,7 +97,9 @@ def test_frames_sent_from_two_threads_at_once_arrive_whole() -> None:
 
     a, b = pair()
     b.sock.settimeout(10)  # interleaved bytes would read as a wrong length: fail, not hang
-    size = 3 << 20
+    # Larger than what the kernel lets one end hold (where net.core.wmem_max is raised too), so every frame takes
+    # several writes and the other thread has its chance between them.
+    size = max(3 << 20, a.send_buffer() + (1 << 20))
 
     def send_many(fill: int) -> None:
         for _ in range(6):
