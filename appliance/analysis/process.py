@@ -5,11 +5,12 @@ correlation, the alert store) would share one interpreter lock in one process, s
 add up. Here analysis runs in `python -m appliance.analysis.worker`, a process of its own on the other
 core, fed through a socketpair:
 
-- Ended flows go into a bounded, per-agent-fair queue (`FairQueue`); a sender thread takes rounds of
-  it, encodes them as flow record batches (proto/flow_record.proto) and writes them to the channel.
-  It gathers for a few milliseconds (GATHER) or until a batch is full, so frames are few and large.
-  When analysis falls behind the socket fills, the sender waits, the queue holds its bound and what
-  does not fit is dropped and counted per agent: nothing ever blocks a gRPC stream.
+- Ended flows go into a bounded, per-agent-fair outbox kept in C (`OutboxHandOff`, appliance/native/
+  outbox.h: FairQueue's rules). A sender thread calls into it and stays there, without the interpreter
+  lock: it gathers for a few milliseconds (GATHER) or until a batch is full, so frames are few and large,
+  and writes flow record batches (proto/flow_record.proto) to the channel. It comes back to Python only to
+  send a control message. When analysis falls behind the socket fills, the sender waits, the outbox holds
+  its bound and what does not fit is dropped and counted per agent: nothing ever blocks a gRPC stream.
 - DNS answers and resolver events travel ahead of the flows that follow them (the resolver cache
   must know a name before the connection to its address is analysed).
 - REST changes to the analysis config, exclusions and console settings are saved in SQLite by this
@@ -29,17 +30,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import threading
 import time
 from typing import Any
 
-from appliance.analysis.channel import CONTROL, DNS, FLOWS, STATS, Channel, ChannelClosed
-from appliance.analysis.fair_queue import QueuedHandOff
+from appliance.analysis.channel import CONTROL, STATS, Channel, ChannelClosed
+from appliance.analysis.outbox import OutboxHandOff
 from appliance.config import Settings
 from appliance.cpus import pin_process
-from appliance.flows import record_codec
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +56,15 @@ RESTART_BACKOFF = (0.5, 10.0)  # first and longest wait before starting a dead a
 START_TIMEOUT = 120.0  # a process that has not said it is ready by then is killed and started again
 
 
-class AnalysisProcess(QueuedHandOff):
+class AnalysisProcess(OutboxHandOff):
     """Flows, DNS answers and resolver events to the analysis process; its counters back."""
 
     mode = "process"
 
     def __init__(self, settings: Settings, queue_size: int, on_drop: Any = None, batch_flows: int = BATCH_FLOWS,
                  gather: float = GATHER) -> None:
-        super().__init__(queue_size, on_drop, wake_at=batch_flows)
+        super().__init__(queue_size, on_drop, batch_flows, gather)
         self._settings_json = settings.model_dump_json()
-        self._batch = batch_flows
-        self._gather = gather
         self._cond = threading.Condition()  # guards the fields below and wakes the sender
         self._proc: subprocess.Popen[bytes] | None = None
         self._channel: Channel | None = None
@@ -75,13 +74,10 @@ class AnalysisProcess(QueuedHandOff):
         self._drain_wanted = 0  # highest drain sequence asked for
         self._drain_sent = 0
         self._drained = 0  # highest drain sequence the process confirmed
-        self._gather_until = 0.0  # while gathering: when to send what is pending, batch or not (0: not gathering)
-        self._flush = False  # a drain waits: send what is pending without gathering
         self._closing = False
         self._threads: list[threading.Thread] = []
         self._stats: dict[str, Any] = {}  # the running process's counters
         self._base: dict[str, int] = {}  # counters of processes that died: metrics never go backwards
-        self._sent_flows = 0  # flows handed to the running process
         self.restarts = 0
         self.flows_lost = 0  # flows a dying process held (sent, never analysed)
         self._backoff = RESTART_BACKOFF[0]
@@ -90,9 +86,9 @@ class AnalysisProcess(QueuedHandOff):
     # -- producers (the tracker, the gRPC streams: never block) ------------------------------------
     def reload(self) -> None:
         """The analysis config, exclusions or console settings changed in SQLite: have them read again."""
-        with self._queue.cond:
+        with self._cond:
             self._reload_wanted = True
-            self._queue.cond.notify_all()
+        self._outbox.poke()  # the sender comes back from C to send it
 
     # -- what the metrics read ----------------------------------------------------------------
     def counter(self, name: str) -> int:
@@ -141,7 +137,7 @@ class AnalysisProcess(QueuedHandOff):
         self._proc, self._channel = proc, channel
         self._generation += 1
         self._ready = False
-        self._sent_flows = 0
+        self._outbox.take_sent()  # from zero: what this process is handed
         self._drain_sent = 0
         self._reload_wanted = False  # a new process reads everything at start
         log.info("analysis process started pid=%d", proc.pid)
@@ -165,6 +161,7 @@ class AnalysisProcess(QueuedHandOff):
         if self._proc is None:
             self.spawn()
         self._closing = False
+        self._outbox.reopen()
         for target, name in ((self._send_loop, "analysis-send"), (self._receive_loop, "analysis-receive")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
@@ -173,15 +170,13 @@ class AnalysisProcess(QueuedHandOff):
     def drain(self, timeout: float = 60.0) -> bool:
         """Wait until every flow handed over so far has been analysed (or dropped, or lost with a process)."""
         deadline = time.monotonic() + timeout
-        with self._queue.cond:
-            self._flush = True
-            self._queue.cond.notify_all()
-        if not self._queue.wait_idle(timeout):
+        self._outbox.poke(flush=True)  # what waits goes now, without gathering
+        if not self._outbox.wait_idle(timeout):
             return False
-        with self._queue.cond:
+        with self._cond:
             self._drain_wanted += 1
             wanted = self._drain_wanted
-            self._queue.cond.notify_all()
+        self._outbox.poke(want_idle=True)  # the sender comes back to send the drain once nothing waits
         with self._cond:
             return self._cond.wait_for(lambda: self._drained >= wanted or self._closing,
                                        max(deadline - time.monotonic(), 0)) and self._drained >= wanted
@@ -192,8 +187,13 @@ class AnalysisProcess(QueuedHandOff):
             self._closing = True
             proc, channel = self._proc, self._channel
             self._cond.notify_all()
-        self._queue.close()
-        if channel is not None:
+        self._outbox.close()
+        # The stop message goes after the sender's last frame, never inside it: the sender is joined first (a
+        # sender blocked on a full channel whose process hangs is freed by the channel's close below).
+        sender = next((t for t in self._threads if t.name == "analysis-send"), None)
+        if sender is not None:
+            sender.join(timeout=5)
+        if channel is not None and (sender is None or not sender.is_alive()):
             try:
                 channel.send_json(CONTROL, {"op": "stop"})
             except ChannelClosed:
@@ -212,83 +212,54 @@ class AnalysisProcess(QueuedHandOff):
         self._threads.clear()
 
     # -- the sender ---------------------------------------------------------------------------------
-    def _next_work(self) -> tuple[str, Any] | None:
-        """What to send next, in order of precedence; None once closing with nothing left."""
-        cond, queue = self._queue.cond, self._queue
-        with cond:
-            while True:
-                if self._closing:
-                    return None
-                wait = 0.5
-                if self._ready:
-                    if self._reload_wanted:
-                        self._reload_wanted = False
-                        return "reload", None
-                    if self._dns or queue.depth:
-                        now = time.monotonic()
-                        if not self._gather_until:
-                            self._gather_until = now + self._gather
-                        if (now >= self._gather_until or self._flush or queue.depth >= self._batch
-                                or len(self._dns) >= self._batch):
-                            # DNS answers first: they go ahead of the flows they explain.
-                            if self._dns:
-                                items = list(self._dns)
-                                self._dns.clear()
-                                return "dns", items
-                            flows = queue.take_round(self._batch, timeout=0)
-                            if flows:
-                                self._gather_until = 0.0  # what comes next is gathered afresh
-                                return "flows", flows
-                        wait = self._gather_until - now
-                    else:
-                        self._gather_until = 0.0
-                        self._flush = False
-                        if self._drain_wanted > self._drain_sent and queue.idle:
-                            self._drain_sent = self._drain_wanted
-                            return "drain", self._drain_sent
-                cond.wait(wait)
+    def _control(self) -> dict[str, Any] | None:
+        """The control message to send before more frames, if any (under self._cond)."""
+        if self._reload_wanted:
+            self._reload_wanted = False
+            return {"op": "reload"}
+        if self._drain_wanted > self._drain_sent:
+            if self._outbox.idle:  # after every flow handed over before the drain was asked for
+                self._drain_sent = self._drain_wanted
+                return {"op": "drain", "seq": self._drain_sent}
+            self._outbox.poke(flush=True, want_idle=True)  # more came meanwhile: back here once they went
+        return None
 
     def _send_loop(self) -> None:
         while True:
-            work = self._next_work()
-            if work is None:
-                return
-            kind, item = work
-            counted = False
             with self._cond:
+                self._cond.wait_for(lambda: self._closing or (self._ready and self._channel is not None))
+                if self._closing:
+                    return
                 channel, generation = self._channel, self._generation
+                assert channel is not None
+                control = self._control()
             try:
-                if channel is None:
-                    raise ChannelClosed("no analysis process")
-                if kind == "flows":
-                    payload = record_codec.encode(item)
+                if control is not None:
+                    channel.send_json(CONTROL, control)
+                    continue
+                # In C until asked back or the channel broke. On a duplicate of the descriptor: the channel's own
+                # can be closed and its number reused for the next process's meanwhile; a shutdown of the channel
+                # still ends a write blocked on this one.
+                try:
+                    fd = channel.sock.fileno()
+                    if fd < 0:
+                        raise ChannelClosed("closed")
+                    mine = os.dup(fd)
+                except OSError as err:
+                    raise ChannelClosed(str(err)) from None
+                try:
+                    lost, err = self._outbox.run(mine)
+                finally:
+                    os.close(mine)
+                if err:
                     with self._cond:
-                        counted = generation == self._generation  # in _sent_flows: what _restart counts as lost
-                        if counted:
-                            self._sent_flows += len(item)
-                    channel.send(FLOWS, payload)
-                elif kind == "dns":
-                    channel.send(DNS, record_codec.encode_dns(item))
-                elif kind == "reload":
-                    channel.send_json(CONTROL, {"op": "reload"})
-                else:
-                    channel.send_json(CONTROL, {"op": "drain", "seq": item})
+                        self.flows_lost += lost  # never written whole: not among what _restart counts
+                    raise ChannelClosed(os.strerror(err))
             except ChannelClosed:
-                # The process died with this batch unsent. Its flows are counted lost once: by _restart when they were
-                # in _sent_flows and it came first, else here.
-                if kind == "flows":
+                if control is not None and control["op"] == "drain":
                     with self._cond:
-                        if counted and generation == self._generation:
-                            self._sent_flows -= len(item)
-                        if not counted or generation == self._generation:
-                            self.flows_lost += len(item)
-                elif kind == "drain":
-                    with self._queue.cond:
                         self._drain_sent = 0  # asked again of the next process
                 self._wait_for_generation(generation)
-            finally:
-                if kind == "flows":
-                    self._queue.done(len(item))
 
     def _wait_for_generation(self, dead: int) -> None:
         with self._cond:
@@ -326,15 +297,16 @@ class AnalysisProcess(QueuedHandOff):
             if stats.get("ready") and not self._ready:
                 self._ready = True
                 self._backoff = RESTART_BACKOFF[0]
-                with self._queue.cond:
-                    self._queue.cond.notify_all()
             drained = stats.get("drained", 0)
             if drained > self._drained:
                 self._drained = drained
             self._cond.notify_all()
 
     def _restart(self, proc: subprocess.Popen[bytes], channel: Channel, generation: int, started: float) -> None:
-        if not self._ready and proc.poll() is None:
+        with self._cond:
+            was_ready, self._ready = self._ready, False
+        self._outbox.poke()  # the sender leaves the dead channel now: what comes next waits for the next process
+        if not was_ready and proc.poll() is None:
             log.error("analysis process pid=%d did not become ready within %.0f s: killed", proc.pid, START_TIMEOUT)
             proc.kill()
         try:
@@ -346,7 +318,7 @@ class AnalysisProcess(QueuedHandOff):
             if self._closing:
                 return
             processed = int(self._stats.get("flows_received", 0))
-            lost = max(self._sent_flows - processed, 0)
+            lost = max(self._outbox.take_sent() - processed, 0)
             self.flows_lost += lost
             for name, value in (self._stats.get("counters") or {}).items():
                 self._base[name] = self._base.get(name, 0) + int(value)
@@ -365,5 +337,3 @@ class AnalysisProcess(QueuedHandOff):
                 return
             self._spawn_locked()
             self._cond.notify_all()
-        with self._queue.cond:
-            self._queue.cond.notify_all()

@@ -112,6 +112,16 @@ def _encode_records(records: list[FlowRecord]) -> bytes:
     return batch.SerializeToString()
 
 
+def entry(record: EndedFlow) -> bytes:
+    """One records entry of a FlowRecordBatch (tag, length, record): what a batch joins after its version field."""
+    return record.entry if type(record) is WireFlow else _encode_records([record])
+
+
+def dns_bytes(message: AnyDns) -> bytes:
+    """A DNS message as a serialized sensor.flows.DnsMessage (C's already is)."""
+    return message if type(message) is bytes else _dns_pb(message).SerializeToString()
+
+
 def encode_dns(items: Iterable[tuple[str, AnyDns, bool]]) -> bytes:
     """A serialized DnsBatch of (agent_id, message, from_event) items; serialized messages go in as they are.
 

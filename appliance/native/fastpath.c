@@ -3028,6 +3028,8 @@ static PyObject *fastpath_encode_dns_batch(PyObject *module, PyObject *items)
     return out;
 }
 
+#include "outbox.h" /* after the DNS batch writer and WireFlow, which it uses */
+
 static PyMethodDef fastpath_functions[] = {
     {"dns_wire", (PyCFunction)(void (*)(void))fastpath_dns_wire, METH_VARARGS | METH_KEYWORDS,
      "dns_wire(payload, timestamp_ns=0, tcp=False, field=0) -> bytes | None: the serialized sensor.flows.DnsMessage\n"
@@ -3154,7 +3156,7 @@ PyMODINIT_FUNC PyInit_fastpath(void)
         return NULL;
     if ((kept_wire_kwnames = Py_BuildValue("(s)", "kept_wire")) == NULL)
         return NULL;
-    if (PyType_Ready(&WireReaderType) < 0 || PyType_Ready(&FlowTableType) < 0 || PyType_Ready(&WireFlowType) < 0 ||
+    if (PyType_Ready(&WireReaderType) < 0 || PyType_Ready(&FlowTableType) < 0 || PyType_Ready(&WireFlowType) < 0 || PyType_Ready(&OutboxType) < 0 ||
         PyType_Ready(&SlotMakerType) < 0 || PyType_Ready(&DnsListType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&fastpath_module);
@@ -3163,6 +3165,7 @@ PyMODINIT_FUNC PyInit_fastpath(void)
     if (PyModule_AddObjectRef(m, "WireReader", (PyObject *)&WireReaderType) < 0 ||
         PyModule_AddObjectRef(m, "FlowTable", (PyObject *)&FlowTableType) < 0 ||
         PyModule_AddObjectRef(m, "WireFlow", (PyObject *)&WireFlowType) < 0 ||
+        PyModule_AddObjectRef(m, "Outbox", (PyObject *)&OutboxType) < 0 ||
         PyModule_AddObjectRef(m, "SlotMaker", (PyObject *)&SlotMakerType) < 0 ||
         PyModule_AddObjectRef(m, "DnsList", (PyObject *)&DnsListType) < 0 || export_names(m) < 0) {
         Py_DECREF(m);

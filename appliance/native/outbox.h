@@ -1,0 +1,804 @@
+/* Outbox: the server's hand-off to its analysis process, in C (included by fastpath.c).
+ *
+ * Ended flows (WireFlow entries, already in the flow record contract's encoding) and DNS items wait here per
+ * agent, under the bound and the fairness rules of appliance.analysis.fair_queue.FairQueue (equal shares per
+ * round; when full, a newcomer takes the place of the newest flow of the agent holding the most, or is itself
+ * dropped when its agent already holds its share; drops counted per agent). A sending thread calls `run(fd)`,
+ * which releases the interpreter lock and stays in C: it gathers for a few milliseconds or until a batch is
+ * full, cuts a DNS frame and a flow frame the way the Python sender cut them, and writes them to the channel
+ * with one sendmsg each. It comes back to Python only when asked (a control message to send, a drain wanting
+ * the outbox empty, closing) or when the channel broke.
+ *
+ * Why: in Python the hand-off cost the ingestion core 17 ms per bench corpus of about 100 (README, "where the
+ * time goes"), most of it the sending thread taking the interpreter lock from the gRPC handlers and giving it
+ * back, around 90 times per corpus. Producers (the gRPC handlers, holding the interpreter lock) copy each entry
+ * once into a node and take the outbox's mutex for a few list operations; the sender holds the mutex only to
+ * detach nodes, never the interpreter lock, and writes with the mutex released. Lock order: interpreter lock,
+ * then the mutex; nothing waits for the interpreter lock while holding the mutex.
+ */
+
+#ifndef OUTBOX_H
+#define OUTBOX_H
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#define OUTBOX_SHARE 16      /* flows per agent per round, at least (fair_queue.PER_AGENT_ROUND) */
+#define OUTBOX_IOV 512       /* iovecs per sendmsg (IOV_MAX is 1024 on Linux) */
+
+typedef struct OutNode {
+    struct OutNode *prev, *next;
+    size_t len;
+    uint8_t data[];
+} OutNode;
+
+typedef struct OutAgent {
+    struct OutAgent *prev, *next; /* in the outbox's line of waiting agents (held > 0), in order of arrival */
+    OutNode *head, *tail;         /* its flows, oldest first */
+    Py_ssize_t held;
+    Py_ssize_t index;             /* in Outbox.names */
+    Py_ssize_t dropped_now;       /* scratch of one put */
+    int waiting;
+} OutAgent;
+
+typedef struct {
+    PyObject_HEAD
+    pthread_mutex_t mu;
+    pthread_cond_t work;   /* the sender waits on it for flows, DNS items or a request */
+    pthread_cond_t idle;   /* wait_idle waits on it */
+    Py_ssize_t size, batch, dns_max;
+    double gather;         /* seconds */
+    PyObject *index;       /* agent_id -> index (int) */
+    PyObject *names;       /* index -> agent_id */
+    OutAgent **agents;
+    Py_ssize_t n_agents, cap_agents;
+    OutAgent *first, *last; /* agents with flows waiting, in turn */
+    Py_ssize_t depth, busy; /* flows waiting; flows cut into a frame being written */
+    OutNode *dns_head, *dns_tail;
+    Py_ssize_t dns_depth, dns_busy;
+    unsigned long long dropped, dns_dropped, sent_flows, frames_sent;
+    double gather_until;   /* while gathering: when to send what waits, batch or not (0: not gathering) */
+    int flush, poked, want_idle, closing, running;
+} Outbox;
+
+static double outbox_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int outbox_is_idle(const Outbox *o)
+{
+    return !o->depth && !o->busy && !o->dns_depth && !o->dns_busy;
+}
+
+static void outbox_free_nodes(OutNode *n)
+{
+    while (n != NULL) {
+        OutNode *next = n->next;
+        free(n);
+        n = next;
+    }
+}
+
+/* -- the agents' lines (under the mutex) ----------------------------------------------------- */
+static void outbox_join_line(Outbox *o, OutAgent *a)
+{
+    a->waiting = 1;
+    a->prev = o->last;
+    a->next = NULL;
+    if (o->last != NULL)
+        o->last->next = a;
+    else
+        o->first = a;
+    o->last = a;
+}
+
+static void outbox_leave_line(Outbox *o, OutAgent *a)
+{
+    if (a->prev != NULL)
+        a->prev->next = a->next;
+    else
+        o->first = a->next;
+    if (a->next != NULL)
+        a->next->prev = a->prev;
+    else
+        o->last = a->prev;
+    a->prev = a->next = NULL;
+    a->waiting = 0;
+}
+
+static void outbox_push(Outbox *o, OutAgent *a, OutNode *n)
+{
+    n->next = NULL;
+    n->prev = a->tail;
+    if (a->tail != NULL)
+        a->tail->next = n;
+    else
+        a->head = n;
+    a->tail = n;
+    if (!a->waiting)
+        outbox_join_line(o, a);
+    a->held++;
+    o->depth++;
+}
+
+/* The newest flow of `a` out (to make room); returns it. */
+static OutNode *outbox_pop_newest(Outbox *o, OutAgent *a)
+{
+    OutNode *n = a->tail;
+    a->tail = n->prev;
+    if (a->tail != NULL)
+        a->tail->next = NULL;
+    else
+        a->head = NULL;
+    a->held--;
+    o->depth--;
+    if (!a->held)
+        outbox_leave_line(o, a);
+    n->prev = n->next = NULL;
+    return n;
+}
+
+/* One flow under the bound (FairQueue._admit): the agent whose flow was dropped, or NULL. The dropped node
+ * goes onto *garbage. */
+static OutAgent *outbox_admit(Outbox *o, OutAgent *a, OutNode *n, OutNode **garbage)
+{
+    OutAgent *victim = NULL;
+    if (o->depth + o->busy >= o->size) {
+        OutAgent *longest = NULL;
+        for (OutAgent *x = o->first; x != NULL; x = x->next) /* the first of the longest, as max() picks it */
+            if (longest == NULL || x->held > longest->held)
+                longest = x;
+        Py_ssize_t mine = a->held, most = longest != NULL ? longest->held : 0;
+        if (longest == NULL || longest == a || most <= mine + 1) {
+            n->next = *garbage;
+            *garbage = n;
+            return a; /* this agent already holds its share: its new flow is the one dropped */
+        }
+        OutNode *old = outbox_pop_newest(o, longest);
+        old->next = *garbage;
+        *garbage = old;
+        victim = longest;
+    }
+    outbox_push(o, a, n);
+    return victim;
+}
+
+/* Up to `limit` flows in turn from every waiting agent (FairQueue.take_round): detached, oldest of each share
+ * first, counted busy. Returns the count; *out is the list. */
+static Py_ssize_t outbox_cut(Outbox *o, Py_ssize_t limit, OutNode **out)
+{
+    OutNode *head = NULL, *tail = NULL;
+    Py_ssize_t count = 0;
+    while (o->first != NULL && count < limit) {
+        Py_ssize_t lines = 0;
+        for (OutAgent *x = o->first; x != NULL; x = x->next)
+            lines++;
+        Py_ssize_t share = (limit - count) / lines;
+        if (share < OUTBOX_SHARE)
+            share = OUTBOX_SHARE;
+        OutAgent *a = o->first;
+        while (a != NULL) {
+            OutAgent *next = a->next;
+            Py_ssize_t take = share < limit - count ? share : limit - count;
+            for (Py_ssize_t i = 0; i < take && a->head != NULL; i++) {
+                OutNode *n = a->head;
+                a->head = n->next;
+                if (a->head == NULL)
+                    a->tail = NULL;
+                else
+                    a->head->prev = NULL;
+                n->next = NULL;
+                if (tail != NULL)
+                    tail->next = n;
+                else
+                    head = n;
+                tail = n;
+                a->held--;
+                o->depth--;
+                count++;
+            }
+            if (!a->held)
+                outbox_leave_line(o, a);
+            if (count >= limit)
+                break;
+            a = next;
+        }
+    }
+    o->busy += count;
+    *out = head;
+    return count;
+}
+
+/* -- writing (no interpreter lock, no mutex) --------------------------------------------------- */
+/* Write iovecs whole; 0, or an errno. A descriptor left non-blocking (a timeout the receiver set on the socket)
+ * is waited on with poll. */
+static int outbox_write(int fd, struct iovec *iov, int n)
+{
+    while (n > 0) {
+        struct msghdr msg = {0};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = (size_t)(n < OUTBOX_IOV ? n : OUTBOX_IOV);
+        ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                struct pollfd p = {.fd = fd, .events = POLLOUT};
+                if (poll(&p, 1, -1) < 0 && errno != EINTR)
+                    return errno;
+                continue;
+            }
+            return errno;
+        }
+        size_t left = (size_t)w;
+        while (n > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    return 0;
+}
+
+/* One frame: kind, 4-byte big-endian length, `prefix` (the batch's version field, or nothing), the nodes. */
+static int outbox_write_frame(int fd, char kind, const uint8_t *prefix, size_t prefix_len, OutNode *nodes,
+                              Py_ssize_t count)
+{
+    struct iovec *iov = malloc(sizeof(struct iovec) * (size_t)(count + 2));
+    if (iov == NULL)
+        return ENOMEM;
+    size_t total = prefix_len;
+    int n = 2;
+    for (OutNode *x = nodes; x != NULL; x = x->next) {
+        iov[n].iov_base = x->data;
+        iov[n].iov_len = x->len;
+        total += x->len;
+        n++;
+    }
+    uint8_t head[5] = {(uint8_t)kind, (uint8_t)(total >> 24), (uint8_t)(total >> 16), (uint8_t)(total >> 8),
+                       (uint8_t)total};
+    iov[0].iov_base = head;
+    iov[0].iov_len = sizeof head;
+    iov[1].iov_base = (void *)prefix;
+    iov[1].iov_len = prefix_len;
+    int err = total > 0xFFFFFFFFu ? EMSGSIZE : outbox_write(fd, iov, n);
+    free(iov);
+    return err;
+}
+
+/* -- the Python type --------------------------------------------------------------------------- */
+static const uint8_t OUTBOX_VERSION_FIELD[] = {0x08, 0x01}; /* FlowRecordBatch.version = 1 */
+
+static OutAgent *outbox_agent(Outbox *o, PyObject *agent_id)
+{
+    PyObject *at = PyDict_GetItemWithError(o->index, agent_id);
+    if (at != NULL)
+        return o->agents[PyLong_AsSsize_t(at)];
+    if (PyErr_Occurred())
+        return NULL;
+    if (!PyUnicode_Check(agent_id)) {
+        PyErr_SetString(PyExc_TypeError, "an agent_id is a str");
+        return NULL;
+    }
+    if (o->n_agents == o->cap_agents) {
+        Py_ssize_t cap = o->cap_agents ? o->cap_agents * 2 : 16;
+        OutAgent **grown = realloc(o->agents, sizeof(OutAgent *) * (size_t)cap);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        o->agents = grown;
+        o->cap_agents = cap;
+    }
+    OutAgent *a = calloc(1, sizeof(OutAgent));
+    if (a == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    if (PyList_Append(o->names, agent_id) < 0) {
+        free(a);
+        return NULL;
+    }
+    PyObject *number = PyLong_FromSsize_t(o->n_agents);
+    if (number == NULL || PyDict_SetItem(o->index, agent_id, number) < 0) {
+        Py_XDECREF(number);
+        free(a);
+        PyList_SetSlice(o->names, o->n_agents, o->n_agents + 1, NULL); /* names and index stay in step */
+        return NULL;
+    }
+    Py_DECREF(number);
+    a->index = o->n_agents;
+    o->agents[o->n_agents++] = a;
+    return a;
+}
+
+static OutNode *outbox_node(const void *data, size_t len)
+{
+    OutNode *n = malloc(sizeof(OutNode) + len);
+    if (n == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    n->prev = n->next = NULL;
+    n->len = len;
+    memcpy(n->data, data, len);
+    return n;
+}
+
+static int outbox_init(Outbox *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"size", "batch", "dns_max", "gather", NULL};
+    Py_ssize_t size, batch, dns_max;
+    double gather;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "nnnd", kwlist, &size, &batch, &dns_max, &gather))
+        return -1;
+    if (size < 1 || batch < 1 || dns_max < 0 || !(gather >= 0)) {
+        PyErr_SetString(PyExc_ValueError, "Outbox: size and batch must be positive, dns_max and gather not negative");
+        return -1;
+    }
+    if (self->index != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Outbox: already initialised");
+        return -1;
+    }
+    self->size = size;
+    self->batch = batch;
+    self->dns_max = dns_max;
+    self->gather = gather;
+    self->index = PyDict_New();
+    self->names = PyList_New(0);
+    if (self->index == NULL || self->names == NULL)
+        return -1;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_mutex_init(&self->mu, NULL);
+    pthread_cond_init(&self->work, &attr);
+    pthread_cond_init(&self->idle, &attr);
+    pthread_condattr_destroy(&attr);
+    return 0;
+}
+
+static void outbox_dealloc(Outbox *self)
+{
+    if (self->index != NULL) { /* initialised: no thread is in run() (the owner joined it) */
+        for (Py_ssize_t i = 0; i < self->n_agents; i++) {
+            outbox_free_nodes(self->agents[i]->head);
+            free(self->agents[i]);
+        }
+        outbox_free_nodes(self->dns_head);
+        pthread_mutex_destroy(&self->mu);
+        pthread_cond_destroy(&self->work);
+        pthread_cond_destroy(&self->idle);
+    }
+    free(self->agents);
+    Py_XDECREF(self->index);
+    Py_XDECREF(self->names);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The sender sleeps untimed only when nothing waits: wake it when the first item comes in, and when a batch's
+ * worth waits (while it gathers), not at every put. Under the mutex. */
+static void outbox_wake(Outbox *o, Py_ssize_t depth_before, Py_ssize_t dns_before)
+{
+    int was_empty = !depth_before && !dns_before;
+    if ((was_empty && (o->depth || o->dns_depth)) || (depth_before < o->batch && o->depth >= o->batch) ||
+        (dns_before < o->batch && o->dns_depth >= o->batch))
+        pthread_cond_signal(&o->work);
+}
+
+/* put(flows): WireFlows, or (agent_id, entry bytes) tuples, in the order they ended. None, or the flows dropped
+ * to keep the bound, {agent_id: count}. */
+static PyObject *outbox_put(Outbox *self, PyObject *flows)
+{
+    PyObject *seq = PySequence_Fast(flows, "flows must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    OutAgent **whose = PyMem_Malloc(sizeof(OutAgent *) * (size_t)(n ? n : 1));
+    OutNode **nodes = PyMem_Calloc((size_t)(n ? n : 1), sizeof(OutNode *));
+    if (whose == NULL || nodes == NULL) {
+        PyMem_Free(whose);
+        PyMem_Free(nodes);
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* agents and copies first, the mutex after: it is held for list work only */
+        PyObject *item = items[i], *agent_id, *entry;
+        if (Py_IS_TYPE(item, &WireFlowType)) {
+            agent_id = ((WireFlow *)item)->agent_id;
+            entry = ((WireFlow *)item)->entry;
+        } else if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2) {
+            agent_id = PyTuple_GET_ITEM(item, 0);
+            entry = PyTuple_GET_ITEM(item, 1);
+        } else {
+            PyErr_SetString(PyExc_TypeError, "a flow is a WireFlow or an (agent_id, entry) tuple");
+            goto fail;
+        }
+        if (!PyBytes_Check(entry)) {
+            PyErr_SetString(PyExc_TypeError, "a flow's entry is bytes");
+            goto fail;
+        }
+        if ((whose[i] = outbox_agent(self, agent_id)) == NULL)
+            goto fail;
+        if ((nodes[i] = outbox_node(PyBytes_AS_STRING(entry), (size_t)PyBytes_GET_SIZE(entry))) == NULL)
+            goto fail;
+    }
+    OutNode *garbage = NULL;
+    int dropped_any = 0;
+    pthread_mutex_lock(&self->mu);
+    Py_ssize_t before = self->depth;
+    if (before + self->busy + n <= self->size) { /* room for all (nearly always) */
+        for (Py_ssize_t i = 0; i < n; i++)
+            outbox_push(self, whose[i], nodes[i]);
+    } else {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            OutAgent *victim = outbox_admit(self, whose[i], nodes[i], &garbage);
+            if (victim != NULL) {
+                victim->dropped_now++;
+                self->dropped++;
+                dropped_any = 1;
+            }
+        }
+    }
+    outbox_wake(self, before, self->dns_depth);
+    pthread_mutex_unlock(&self->mu);
+    outbox_free_nodes(garbage);
+    PyMem_Free(whose);
+    PyMem_Free(nodes);
+    Py_DECREF(seq);
+    if (!dropped_any)
+        Py_RETURN_NONE;
+    PyObject *out = PyDict_New();
+    for (Py_ssize_t i = 0; i < self->n_agents; i++) { /* the scratch counts are read and cleared under the GIL */
+        OutAgent *a = self->agents[i];
+        if (!a->dropped_now)
+            continue;
+        PyObject *count = PyLong_FromSsize_t(a->dropped_now);
+        a->dropped_now = 0;
+        if (out != NULL && (count == NULL || PyDict_SetItem(out, PyList_GET_ITEM(self->names, a->index), count) < 0))
+            Py_CLEAR(out);
+        Py_XDECREF(count);
+    }
+    return out;
+fail:
+    for (Py_ssize_t i = 0; i < n; i++)
+        free(nodes[i]);
+    PyMem_Free(whose);
+    PyMem_Free(nodes);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* put_dns(items): (agent_id, serialized DnsMessage, from_event) items, or (agent_id, serialized DnsMessage)
+ * answers (from_event false), in order; the number dropped (over dns_max). */
+static PyObject *outbox_put_dns(Outbox *self, PyObject *items)
+{
+    PyObject *seq = PySequence_Fast(items, "items must be a sequence");
+    if (seq == NULL)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **it = PySequence_Fast_ITEMS(seq);
+    OutNode *head = NULL, *tail = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *agent;
+        Py_ssize_t alen;
+        PyObject *message;
+        int from_event;
+        if (PyTuple_Check(it[i]) && PyTuple_GET_SIZE(it[i]) == 2) { /* (agent_id, message): an answer, as the table hands them */
+            PyObject *a = PyTuple_GET_ITEM(it[i], 0);
+            message = PyTuple_GET_ITEM(it[i], 1);
+            from_event = 0;
+            if (!PyUnicode_Check(a) || !PyBytes_Check(message)) {
+                PyErr_SetString(PyExc_TypeError, "a DNS item's agent_id must be str and its message bytes");
+                goto fail;
+            }
+            if ((agent = PyUnicode_AsUTF8AndSize(a, &alen)) == NULL)
+                goto fail;
+        } else if (dns_item_parts(it[i], &agent, &alen, &message, &from_event) < 0)
+            goto fail;
+        Py_ssize_t mlen = PyBytes_GET_SIZE(message);
+        size_t body = dns_item_size(alen, mlen, from_event);
+        size_t len = 1 + varint_size(body) + body;
+        OutNode *node = malloc(sizeof(OutNode) + len);
+        if (node == NULL) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        uint8_t *o = node->data;
+        *o++ = (1 << 3) | 2; /* DnsBatch.items, as encode_dns_batch writes it */
+        o = put_varint(o, body);
+        o = put_bytes_field(o, 1, agent, (size_t)alen);
+        *o++ = (2 << 3) | 2;
+        o = put_varint(o, (uint64_t)mlen);
+        memcpy(o, PyBytes_AS_STRING(message), (size_t)mlen);
+        o += mlen;
+        o = put_varint_field(o, 3, (uint64_t)(from_event != 0));
+        node->len = (size_t)(o - node->data);
+        node->prev = tail;
+        node->next = NULL;
+        if (tail != NULL)
+            tail->next = node;
+        else
+            head = node;
+        tail = node;
+    }
+    Py_DECREF(seq);
+    Py_ssize_t dropped = 0;
+    pthread_mutex_lock(&self->mu);
+    Py_ssize_t room = self->dns_max - self->dns_depth;
+    OutNode *keep = head;
+    Py_ssize_t kept = 0;
+    OutNode *cut = NULL;
+    for (OutNode *x = head; x != NULL; x = x->next) {
+        if (kept == room) {
+            cut = x;
+            break;
+        }
+        kept++;
+    }
+    if (cut != NULL) { /* the newest beyond the bound are dropped */
+        if (cut->prev != NULL)
+            cut->prev->next = NULL;
+        else
+            keep = NULL;
+        tail = cut->prev;
+        for (OutNode *x = cut; x != NULL; x = x->next)
+            dropped++;
+        self->dns_dropped += (unsigned long long)dropped;
+    }
+    if (keep != NULL) {
+        Py_ssize_t dns_before = self->dns_depth;
+        keep->prev = self->dns_tail;
+        if (self->dns_tail != NULL)
+            self->dns_tail->next = keep;
+        else
+            self->dns_head = keep;
+        self->dns_tail = tail;
+        self->dns_depth += kept;
+        outbox_wake(self, self->depth, dns_before);
+    }
+    pthread_mutex_unlock(&self->mu);
+    outbox_free_nodes(cut);
+    return PyLong_FromSsize_t(dropped);
+fail:
+    outbox_free_nodes(head);
+    Py_DECREF(seq);
+    return NULL;
+}
+
+/* run(fd) -> (flows lost, errno): send until asked back (poke, a drain that wants the outbox empty, closing):
+ * (0, 0); or until a write failed: (the flows of the frame that did not go, errno). Releases the interpreter
+ * lock for all of it. One thread at a time. */
+static PyObject *outbox_run(Outbox *self, PyObject *arg)
+{
+    int fd = PyObject_AsFileDescriptor(arg);
+    if (fd < 0)
+        return NULL;
+    Py_ssize_t lost = 0;
+    int err = 0, busy_thread = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&self->mu);
+    if (self->running)
+        busy_thread = 1;
+    self->running = 1;
+    while (!busy_thread) {
+        if (self->closing || self->poked) {
+            self->poked = 0;
+            break;
+        }
+        if (self->dns_depth || self->depth) {
+            double now = outbox_now();
+            if (!self->gather_until)
+                self->gather_until = now + self->gather;
+            if (now >= self->gather_until || self->flush || self->depth >= self->batch || self->dns_depth >= self->batch) {
+                if (self->dns_depth) { /* DNS items first: they go ahead of the flows they explain */
+                    OutNode *nodes = self->dns_head;
+                    Py_ssize_t count = self->dns_depth;
+                    self->dns_head = self->dns_tail = NULL;
+                    self->dns_depth = 0;
+                    self->dns_busy = count;
+                    pthread_mutex_unlock(&self->mu);
+                    err = outbox_write_frame(fd, 'D', NULL, 0, nodes, count);
+                    outbox_free_nodes(nodes);
+                    pthread_mutex_lock(&self->mu);
+                    self->dns_busy = 0;
+                    if (err)
+                        break;
+                    self->frames_sent++;
+                    if (outbox_is_idle(self))
+                        pthread_cond_broadcast(&self->idle);
+                    continue;
+                }
+                OutNode *nodes;
+                Py_ssize_t count = outbox_cut(self, self->batch, &nodes);
+                self->gather_until = 0; /* what comes next is gathered afresh */
+                pthread_mutex_unlock(&self->mu);
+                err = outbox_write_frame(fd, 'F', OUTBOX_VERSION_FIELD, sizeof OUTBOX_VERSION_FIELD, nodes, count);
+                outbox_free_nodes(nodes);
+                pthread_mutex_lock(&self->mu);
+                self->busy -= count;
+                if (outbox_is_idle(self))
+                    pthread_cond_broadcast(&self->idle);
+                if (err) {
+                    lost = count;
+                    break;
+                }
+                self->sent_flows += (unsigned long long)count;
+                self->frames_sent++;
+                continue;
+            }
+            double wait = self->gather_until;
+            struct timespec ts = {.tv_sec = (time_t)wait, .tv_nsec = (long)((wait - (double)(time_t)wait) * 1e9)};
+            pthread_cond_timedwait(&self->work, &self->mu, &ts);
+            continue;
+        }
+        self->gather_until = 0;
+        self->flush = 0;
+        pthread_cond_broadcast(&self->idle);
+        if (self->want_idle) {
+            self->want_idle = 0;
+            break;
+        }
+        pthread_cond_wait(&self->work, &self->mu);
+    }
+    if (!busy_thread)
+        self->running = 0;
+    pthread_mutex_unlock(&self->mu);
+    Py_END_ALLOW_THREADS
+    if (busy_thread) {
+        PyErr_SetString(PyExc_RuntimeError, "Outbox.run: another thread is running it");
+        return NULL;
+    }
+    return Py_BuildValue("(ni)", lost, err);
+}
+
+/* poke(flush=False, want_idle=False): bring run() back to Python (a control message to send); with flush, send
+ * what waits without gathering; with want_idle, run() returns once the outbox is empty instead. */
+static PyObject *outbox_poke(Outbox *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"flush", "want_idle", NULL};
+    int flush = 0, want_idle = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pp", kwlist, &flush, &want_idle))
+        return NULL;
+    pthread_mutex_lock(&self->mu);
+    if (flush)
+        self->flush = 1;
+    if (want_idle)
+        self->want_idle = 1;
+    if (!flush && !want_idle)
+        self->poked = 1;
+    pthread_cond_signal(&self->work);
+    pthread_mutex_unlock(&self->mu);
+    Py_RETURN_NONE;
+}
+
+static PyObject *outbox_close(Outbox *self, PyObject *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&self->mu);
+    self->closing = 1;
+    pthread_cond_broadcast(&self->work);
+    pthread_cond_broadcast(&self->idle);
+    pthread_mutex_unlock(&self->mu);
+    Py_RETURN_NONE;
+}
+
+static PyObject *outbox_reopen(Outbox *self, PyObject *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&self->mu);
+    self->closing = 0;
+    pthread_mutex_unlock(&self->mu);
+    Py_RETURN_NONE;
+}
+
+/* wait_idle(timeout) -> bool: nothing waits and nothing is being written (False when the time ran out or the
+ * outbox closed first). */
+static PyObject *outbox_wait_idle(Outbox *self, PyObject *arg)
+{
+    double timeout = PyFloat_AsDouble(arg);
+    if (timeout == -1.0 && PyErr_Occurred())
+        return NULL;
+    int idle;
+    Py_BEGIN_ALLOW_THREADS
+    double deadline = outbox_now() + (timeout > 0 ? timeout : 0);
+    struct timespec ts = {.tv_sec = (time_t)deadline, .tv_nsec = (long)((deadline - (double)(time_t)deadline) * 1e9)};
+    pthread_mutex_lock(&self->mu);
+    while (!(idle = outbox_is_idle(self)) && !self->closing)
+        if (pthread_cond_timedwait(&self->idle, &self->mu, &ts) == ETIMEDOUT) {
+            idle = outbox_is_idle(self);
+            break;
+        }
+    pthread_mutex_unlock(&self->mu);
+    Py_END_ALLOW_THREADS
+    return PyBool_FromLong(idle);
+}
+
+/* take_sent() -> int: the flows written whole since the last call (what a process that dies had been handed). */
+static PyObject *outbox_take_sent(Outbox *self, PyObject *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&self->mu);
+    unsigned long long sent = self->sent_flows;
+    self->sent_flows = 0;
+    pthread_mutex_unlock(&self->mu);
+    return PyLong_FromUnsignedLongLong(sent);
+}
+
+#define OUTBOX_GETTER(field, make)                                                                       \
+    static PyObject *outbox_get_##field(Outbox *self, void *closure)                                    \
+    {                                                                                                    \
+        (void)closure;                                                                                   \
+        pthread_mutex_lock(&self->mu);                                                                   \
+        __typeof__(self->field) v = self->field;                                                         \
+        pthread_mutex_unlock(&self->mu);                                                                 \
+        return make(v);                                                                                  \
+    }
+OUTBOX_GETTER(depth, PyLong_FromSsize_t)
+OUTBOX_GETTER(dns_depth, PyLong_FromSsize_t)
+OUTBOX_GETTER(dropped, PyLong_FromUnsignedLongLong)
+OUTBOX_GETTER(dns_dropped, PyLong_FromUnsignedLongLong)
+OUTBOX_GETTER(frames_sent, PyLong_FromUnsignedLongLong)
+
+static PyObject *outbox_get_idle(Outbox *self, void *closure)
+{
+    (void)closure;
+    pthread_mutex_lock(&self->mu);
+    int idle = outbox_is_idle(self);
+    pthread_mutex_unlock(&self->mu);
+    return PyBool_FromLong(idle);
+}
+
+static PyMethodDef outbox_methods[] = {
+    {"put", (PyCFunction)outbox_put, METH_O,
+     "put(flows) -> dict | None: queue ended flows (WireFlows or (agent_id, entry) tuples); the flows dropped to keep\n"
+     "the bound per agent, or None"},
+    {"put_dns", (PyCFunction)outbox_put_dns, METH_O,
+     "put_dns(items) -> int: queue (agent_id, serialized DnsMessage[, from_event]) items; the number dropped"},
+    {"run", (PyCFunction)outbox_run, METH_O,
+     "run(fd) -> (lost, errno): write frames to fd until asked back ((0, 0)) or a write fails"},
+    {"poke", (PyCFunction)(void (*)(void))outbox_poke, METH_VARARGS | METH_KEYWORDS,
+     "poke(flush=False, want_idle=False): bring run() back, or have it send at once / come back once empty"},
+    {"close", (PyCFunction)outbox_close, METH_NOARGS, "run() comes back and wait_idle() gives up, for good"},
+    {"reopen", (PyCFunction)outbox_reopen, METH_NOARGS, "undo close()"},
+    {"wait_idle", (PyCFunction)outbox_wait_idle, METH_O, "wait_idle(timeout) -> bool"},
+    {"take_sent", (PyCFunction)outbox_take_sent, METH_NOARGS, "the flows written whole since the last call"},
+    {NULL},
+};
+
+static PyGetSetDef outbox_getset[] = {
+    {"depth", (getter)outbox_get_depth, NULL, "flows waiting", NULL},
+    {"dns_depth", (getter)outbox_get_dns_depth, NULL, "DNS items waiting", NULL},
+    {"dropped", (getter)outbox_get_dropped, NULL, "flows dropped to keep the bound", NULL},
+    {"dns_dropped", (getter)outbox_get_dns_dropped, NULL, "DNS items dropped over dns_max", NULL},
+    {"frames_sent", (getter)outbox_get_frames_sent, NULL, "frames written whole", NULL},
+    {"idle", (getter)outbox_get_idle, NULL, "nothing waits and nothing is being written", NULL},
+    {NULL},
+};
+
+static PyTypeObject OutboxType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "appliance.native.fastpath.Outbox",
+    .tp_basicsize = sizeof(Outbox),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Outbox(size, batch, dns_max, gather): ended flows and DNS items for the analysis process, fair per agent\n"
+              "under a bound, written as channel frames by run() without the interpreter lock (outbox.h)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)outbox_init,
+    .tp_dealloc = (destructor)outbox_dealloc,
+    .tp_methods = outbox_methods,
+    .tp_getset = outbox_getset,
+};
+
+#endif

@@ -1,0 +1,298 @@
+"""The C outbox of the hand-off to the analysis process (appliance/native/outbox.h), over real socketpairs.
+
+It must keep FairQueue's rules exactly (the differential test: the same flows in the same frames, the same
+drops per agent), write whole frames the analysis process reads (DNS ahead of flows), gather until a batch is
+full or a flush, come back to Python when asked, and count what a broken channel did not take.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from appliance.analysis.fair_queue import FairQueue
+from appliance.flows import record_codec
+from appliance.native.fastpath import Outbox
+
+HEAD = struct.Struct("!cI")
+
+
+def entry(agent: str, n: int) -> bytes:
+    """A records entry (field 1, length-delimited) naming its flow."""
+    body = f"{agent}:{n}".encode()
+    return bytes([0x0A, len(body)]) + body
+
+
+def read_frame(sock: socket.socket) -> tuple[bytes, bytes]:
+    head = sock.recv(HEAD.size, socket.MSG_WAITALL)
+    assert len(head) == HEAD.size
+    kind, size = HEAD.unpack(head)
+    payload = sock.recv(size, socket.MSG_WAITALL) if size else b""
+    assert len(payload) == size
+    return kind, payload
+
+
+def flows_in(payload: bytes) -> list[str]:
+    """The flow names of an F frame's payload: the version field, then entries."""
+    assert payload[:2] == b"\x08\x01"
+    names, at = [], 2
+    while at < len(payload):
+        assert payload[at] == 0x0A
+        size = payload[at + 1]
+        names.append(payload[at + 2 : at + 2 + size].decode())
+        at += 2 + size
+    return names
+
+
+class Sender:
+    """outbox.run on a thread, its frames read on another, as AnalysisProcess and the analysis process do."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        self.outbox = outbox
+        self.ours, self.theirs = socket.socketpair()
+        self.frames: list[tuple[bytes, bytes]] = []
+        self.result: tuple[int, int] | None = None
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        try:
+            while True:
+                self.frames.append(read_frame(self.theirs))
+        except (AssertionError, OSError):
+            pass
+
+    def run(self) -> threading.Thread:
+        def go() -> None:
+            self.result = self.outbox.run(self.ours)
+
+        thread = threading.Thread(target=go, daemon=True)
+        thread.start()
+        return thread
+
+    def until(self, count: int, timeout: float = 10.0) -> list[tuple[bytes, bytes]]:
+        deadline = time.monotonic() + timeout
+        while len(self.frames) < count and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert len(self.frames) >= count, self.frames
+        return self.frames
+
+    def close(self) -> None:
+        self.outbox.close()
+        self.ours.close()
+        self.theirs.close()
+
+
+def drained_frames(outbox: Outbox, sender: Sender) -> list[list[str]]:
+    """Everything waiting, as the frames run() cuts it: run until the outbox is empty."""
+    before = len(sender.frames)
+    outbox.poke(flush=True, want_idle=True)
+    thread = sender.run()
+    thread.join(10)
+    assert not thread.is_alive() and sender.result == (0, 0)
+    time.sleep(0.05)
+    assert outbox.idle
+    return [flows_in(p) for kind, p in sender.frames[before:] if kind == b"F"]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_outbox_cuts_and_drops_exactly_as_the_fair_queue(seed: int) -> None:
+    rng = random.Random(seed)
+    size, batch = rng.choice([(40, 16), (100, 32), (1000, 256), (7, 3)])
+    outbox = Outbox(size, batch, 100, 30.0)
+    queue = FairQueue(size)
+    sender = Sender(outbox)
+    counter = 0
+    dropped: Counter[str] = Counter()
+    try:
+        for _ in range(6):
+            for _ in range(rng.randint(1, 12)):
+                run = []
+                for _ in range(rng.randint(1, 40)):
+                    agent = f"a{min(int(rng.expovariate(0.5)), 7)}"  # a few agents, some far busier
+                    run.append((agent, counter))
+                    counter += 1
+                first = run[0][0]
+                run.sort(key=lambda f: f[0] != first)  # mostly one agent per call, as the flow table hands them
+                got = outbox.put([(agent, entry(agent, n)) for agent, n in run])
+                dropped.update(got or {})
+                queue.put_many([_Flow(agent, n) for agent, n in run])
+            expected = []
+            while True:
+                taken = queue.take_round(batch, timeout=0)
+                if not taken:
+                    break
+                queue.done(len(taken))
+                expected.append([f"{f.agent_id}:{f.n}" for f in taken])
+            assert drained_frames(outbox, sender) == expected
+            assert dropped == queue.dropped_by_agent and outbox.dropped == queue.dropped
+    finally:
+        sender.close()
+
+
+class _Flow:
+    __slots__ = ("agent_id", "n")
+
+    def __init__(self, agent_id: str, n: int) -> None:
+        self.agent_id, self.n = agent_id, n
+
+
+def test_dns_items_go_in_one_frame_ahead_of_the_flows_and_read_back_as_the_codec_wrote_them() -> None:
+    outbox = Outbox(100, 8, 100, 30.0)
+    sender = Sender(outbox)
+    try:
+        answer = b"\x08\x07\x10\x01"  # a serialized DnsMessage (id 7, a response)
+        items = [("agent-1", answer, False), ("agent-2", b"", True), ("", answer, False)]
+        outbox.put([("agent-1", entry("agent-1", 0))])
+        assert outbox.put_dns(items[:2]) == 0 and outbox.put_dns([("", answer)]) == 0  # an answer: not from an event
+        assert outbox.dns_depth == 3
+        drained_frames(outbox, sender)
+        kinds = [k for k, _ in sender.frames]
+        assert kinds == [b"D", b"F"]
+        assert sender.frames[0][1] == record_codec.encode_dns(items)  # byte for byte what the Python sender sent
+        assert [(a, m, e) for a, m, e in record_codec.decode_dns(sender.frames[0][1])][1][0] == "agent-2"
+    finally:
+        sender.close()
+
+
+def test_dns_items_past_the_bound_are_dropped_and_counted() -> None:
+    outbox = Outbox(10, 4, 5, 30.0)
+    try:
+        assert outbox.put_dns([("a", b"", False)] * 3) == 0
+        assert outbox.put_dns([("a", b"", False)] * 4) == 2
+        assert outbox.dns_depth == 5 and outbox.dns_dropped == 2
+    finally:
+        outbox.close()
+
+
+def test_it_gathers_until_a_batch_is_full_and_a_flush_sends_at_once() -> None:
+    outbox = Outbox(1000, 10, 100, 30.0)
+    sender = Sender(outbox)
+    thread = sender.run()
+    try:
+        outbox.put([("a", entry("a", n)) for n in range(4)])
+        time.sleep(0.3)
+        assert sender.frames == []  # gathering (30 s)
+        outbox.put([("a", entry("a", n)) for n in range(4, 12)])  # a batch's worth: sent at once
+        frames = sender.until(1)
+        assert flows_in(frames[0][1]) == [f"a:{n}" for n in range(10)]
+        time.sleep(0.2)
+        assert len(sender.frames) == 1 and outbox.depth == 2
+        outbox.poke(flush=True)
+        assert flows_in(sender.until(2)[1][1]) == ["a:10", "a:11"]
+        assert outbox.frames_sent == 2
+        outbox.poke()  # back to Python
+        thread.join(5)
+        assert not thread.is_alive() and sender.result == (0, 0)
+    finally:
+        sender.close()
+
+
+def test_a_short_gather_sends_what_waits_without_a_flush() -> None:
+    outbox = Outbox(1000, 100, 100, 0.02)
+    sender = Sender(outbox)
+    sender.run()
+    try:
+        outbox.put([("a", entry("a", 1))])
+        assert flows_in(sender.until(1)[0][1]) == ["a:1"]
+    finally:
+        sender.close()
+
+
+def test_close_brings_run_back_and_a_second_runner_is_refused() -> None:
+    outbox = Outbox(10, 4, 10, 30.0)
+    sender = Sender(outbox)
+    thread = sender.run()
+    try:
+        time.sleep(0.1)
+        with pytest.raises(RuntimeError, match="another thread"):
+            outbox.run(sender.ours)
+        outbox.close()
+        thread.join(5)
+        assert not thread.is_alive() and sender.result == (0, 0)
+    finally:
+        sender.close()
+
+
+def test_a_broken_channel_returns_the_flows_of_the_frame_that_did_not_go() -> None:
+    outbox = Outbox(1000, 50, 10, 30.0)
+    ours, theirs = socket.socketpair()
+    theirs.close()
+    try:
+        outbox.put([("a", entry("a", n)) for n in range(30)] + [("b", entry("b", n)) for n in range(30)])
+        outbox.poke(flush=True)
+        lost, err = outbox.run(ours)
+        assert (lost, err) == (50, errno.EPIPE)
+        assert outbox.take_sent() == 0 and outbox.depth == 10 and outbox.frames_sent == 0
+    finally:
+        ours.close()
+
+
+def test_a_frame_larger_than_the_socket_buffer_arrives_whole() -> None:
+    outbox = Outbox(10_000, 2000, 10, 30.0)
+    sender = Sender(outbox)
+    try:
+        sender.ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        big = bytes([0x0A, 0x80, 0x08]) + b"x" * 1024  # one entry of 1 KiB (a two-byte length)
+        outbox.put([("a", big)] * 1500)
+        outbox.poke(flush=True, want_idle=True)
+        sender.run().join(10)
+        assert sender.result == (0, 0)
+        (kind, payload), = sender.until(1)
+        assert kind == b"F" and payload == b"\x08\x01" + big * 1500
+        assert outbox.take_sent() == 1500
+    finally:
+        sender.close()
+
+
+@pytest.mark.parametrize("bad", [[("a", "not bytes")], [("a",)], [object()], [(1, b"x")], "not a list"])
+def test_hostile_input_is_refused_and_nothing_is_queued(bad: object) -> None:
+    outbox = Outbox(10, 4, 10, 30.0)
+    outbox.put([("a", entry("a", 0))])
+    with pytest.raises(TypeError):
+        outbox.put([("a", entry("a", 1)), *bad] if isinstance(bad, list) else bad)
+    assert outbox.depth == 1
+    for bad_dns in ([("a", "str", False)], [("a", "str")], [("a",)], [(1, b"")], [None]):
+        with pytest.raises(TypeError):
+            outbox.put_dns([("a", b""), *bad_dns])
+    assert outbox.dns_depth == 0
+    with pytest.raises(ValueError):
+        Outbox(0, 4, 10, 1.0)
+
+
+def test_producers_on_many_threads_every_flow_arrives_once_in_whole_frames() -> None:
+    outbox = Outbox(1_000_000, 64, 10_000, 0.001)
+    sender = Sender(outbox)
+    thread = sender.run()
+    try:
+        def produce(agent: str) -> None:
+            for i in range(0, 2000, 20):
+                outbox.put([(agent, entry(agent, n)) for n in range(i, i + 20)])
+                outbox.put_dns([(agent, b"", False)])
+
+        producers = [threading.Thread(target=produce, args=(f"p{k}",)) for k in range(4)]
+        for p in producers:
+            p.start()
+        for p in producers:
+            p.join()
+        outbox.poke(flush=True)
+        assert outbox.wait_idle(20.0)
+        outbox.close()
+        thread.join(5)
+        time.sleep(0.1)
+        names = [n for kind, p in sender.frames if kind == b"F" for n in flows_in(p)]
+        assert sorted(names) == sorted(f"p{k}:{n}" for k in range(4) for n in range(2000))
+        for k in range(4):  # each agent's flows in the order they were put
+            mine = [int(n.split(":")[1]) for n in names if n.startswith(f"p{k}:")]
+            assert mine == sorted(mine)
+        assert sum(len(record_codec.decode_dns(p)) for kind, p in sender.frames if kind == b"D") == 400
+        assert outbox.take_sent() == 8000
+    finally:
+        sender.close()
