@@ -2,8 +2,9 @@
 through the local channel (the standalone analysis process). Medians of several rounds.
 
 Both sides get the pipeline bench's corpus (20 office agents x 30 minutes plus every attack scenario)
-as finished flow records, handed over at once by the sending side in this process:
-- local channel: `AnalysisProcess` (the queue, the sender thread, the socketpair, `python -m
+as the server's flow table hands its ended flows over (records already in the contract's encoding; the few
+Python held, ICMP, as FlowRecords), at once, by the sending side in this process:
+- local channel: `AnalysisProcess` (the outbox, the sender thread, the socketpair, `python -m
   appliance.analysis.worker`), timed until its drain confirms every flow analysed;
 - Redis: an ingest node's `RedisSink` appends to the partition streams of a real redis-server started
   here, and one analyzer (`python -m appliance`, `cluster.role: analyzer`, holding every partition)
@@ -177,7 +178,7 @@ def main() -> None:
 
     streams = corpus()
     packets = sum(len(p) for _, p in streams)
-    flows = finished_flows(streams)
+    flows = finished_flows(streams, as_wire=True)
     local = statistics.median(local_round(flows) for _ in range(ROUNDS))
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start_redis(Path(tmp))

@@ -61,14 +61,16 @@ def settings(tmp: Path, tls: bool = False, worker: str = "thread"):  # noqa: ANN
     }, "bench")
 
 
-def finished_flows(streams: list[tuple[str, list]], slice_ms: int = 60_000) -> list:
+def finished_flows(streams: list[tuple[str, list]], slice_ms: int = 60_000, as_wire: bool = False) -> list:
     """The flow records the tracker hands to analysis for the corpus, agents interleaved by minute of
-    event time as when they stream side by side."""
+    event time as when they stream side by side. `as_wire`: as the server's flow table hands them to an analysis
+    process or the cluster (records in the contract's encoding, `WireFlow`; FlowRecords only for the flows
+    Python held, ICMP); else as analysis on a thread takes them (FlowRecords)."""
     from appliance.flows.tracker import FlowTracker
     from appliance.ingest.convert import PacketConverter
 
     flows: list = []
-    tracker = FlowTracker(flows.extend)
+    tracker = FlowTracker(flows.extend, ended_as_wire=as_wire)
     converter = PacketConverter()
     convert = converter.read
     for agent, _ in streams:

@@ -30,7 +30,7 @@ class OutboxHandOff:
         try:  # WireFlows (the C table wrote them all): taken as they are
             dropped = self._outbox.put(flows)
         except TypeError:  # a FlowRecord among them (one Python held: ICMP), encoded here
-            dropped = self._outbox.put([(f.agent_id, record_codec.entry(f)) for f in flows])
+            dropped = self._outbox.put(list(zip([f.agent_id for f in flows], record_codec.entries(flows))))
         if dropped:
             self.dropped_by_agent.update(dropped)
             if self._on_drop is not None:

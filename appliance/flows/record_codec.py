@@ -112,9 +112,29 @@ def _encode_records(records: list[FlowRecord]) -> bytes:
     return batch.SerializeToString()
 
 
-def entry(record: EndedFlow) -> bytes:
-    """One records entry of a FlowRecordBatch (tag, length, record): what a batch joins after its version field."""
-    return record.entry if type(record) is WireFlow else _encode_records([record])
+def entries(records: Sequence[EndedFlow]) -> list[bytes]:
+    """The records entries of a FlowRecordBatch (tag, length, record), one per record: what a batch joins after
+    its version field. FlowRecords are encoded together, as `encode` does (a batch per record cost twice as much)."""
+    held = [r for r in records if type(r) is not WireFlow]
+    encoded = iter(_split_entries(_encode_records(held)) if held else ())
+    return [r.entry if type(r) is WireFlow else next(encoded) for r in records]
+
+
+def _split_entries(data: bytes) -> list[bytes]:
+    """The entries of a run of records entries (each: the tag 0x0a, a varint length, the record)."""
+    out, at, end = [], 0, len(data)
+    while at < end:
+        size, shift, i = 0, 0, at + 1
+        while True:
+            byte = data[i]
+            size |= (byte & 0x7F) << shift
+            i += 1
+            if byte < 0x80:
+                break
+            shift += 7
+        out.append(data[at : i + size])
+        at = i + size
+    return out
 
 
 def dns_bytes(message: AnyDns) -> bytes:

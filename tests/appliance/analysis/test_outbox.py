@@ -61,7 +61,7 @@ def test_records_python_held_and_parsed_messages_travel_as_the_contract_says() -
 def test_drops_are_counted_in_total_per_agent_and_reported() -> None:
     reported: list[tuple[str, int]] = []
     hand_off = OutboxHandOff(10, lambda agent, count: reported.append((agent, count)), 4, 30.0)
-    entry = record_codec.entry(flows_of(sc.benign_office(1, minutes=1))[0])
+    entry = record_codec.entries(flows_of(sc.benign_office(1, minutes=1))[:1])[0]
     hand_off._outbox.put([("busy", entry)] * 10)
     hand_off._outbox.put([("quiet", entry)] * 2)  # room made from the busy agent's newest
     hand_off.submit_many([])

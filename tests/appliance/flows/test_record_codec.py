@@ -114,6 +114,11 @@ def test_records_the_flow_table_wrote_in_c_decode_to_the_records_python_would_ha
     assert [(f.flow_id, f.agent_id, f.last_ns) for f in wire_flows] == [
         (r.flow_id, r.agent_id, r.last_ns) for r in map(record_codec.record_of, wire_flows)]
     assert [record_codec.expanded(record_codec.record_of(f)).samples for f in as_wire] == [f.samples for f in expanded]
+    # One entry per record, in order (what the analysis process's outbox keeps per agent): joined, the same batch.
+    entries = record_codec.entries(as_wire)
+    assert len(entries) == len(as_wire)
+    assert b"".join([record_codec._VERSION_FIELD, *entries]) == record_codec.encode(as_wire)
+    assert [record_codec.decode(record_codec._VERSION_FIELD + e) for e in entries] == [[f] for f in expanded]
 
 
 @pytest.mark.parametrize("items", [[("a", "not bytes", False)], [(1, b"", False)], [("a", b"")], ["item"],
