@@ -322,6 +322,15 @@ static OutAgent *outbox_agent(Outbox *o, PyObject *agent_id)
     return a;
 }
 
+/* Every method but the getters needs __init__ to have run (Outbox.__new__ alone leaves no index or names). */
+static int outbox_ready(Outbox *o)
+{
+    if (o->index != NULL)
+        return 1;
+    PyErr_SetString(PyExc_RuntimeError, "Outbox: not initialised");
+    return 0;
+}
+
 static OutNode *outbox_node(const void *data, size_t len)
 {
     OutNode *n = malloc(sizeof(OutNode) + len);
@@ -400,6 +409,8 @@ static void outbox_wake(Outbox *o, Py_ssize_t depth_before, Py_ssize_t dns_befor
  * to keep the bound, {agent_id: count}. */
 static PyObject *outbox_put(Outbox *self, PyObject *flows)
 {
+    if (!outbox_ready(self))
+        return NULL;
     PyObject *seq = PySequence_Fast(flows, "flows must be a sequence");
     if (seq == NULL)
         return NULL;
@@ -484,6 +495,8 @@ fail:
  * answers (from_event false), in order; the number dropped (over dns_max). */
 static PyObject *outbox_put_dns(Outbox *self, PyObject *items)
 {
+    if (!outbox_ready(self))
+        return NULL;
     PyObject *seq = PySequence_Fast(items, "items must be a sequence");
     if (seq == NULL)
         return NULL;
@@ -582,6 +595,8 @@ fail:
  * lock for all of it. One thread at a time. */
 static PyObject *outbox_run(Outbox *self, PyObject *arg)
 {
+    if (!outbox_ready(self))
+        return NULL;
     int fd = PyObject_AsFileDescriptor(arg);
     if (fd < 0)
         return NULL;
@@ -707,6 +722,8 @@ static PyObject *outbox_reopen(Outbox *self, PyObject *unused)
  * outbox closed first). */
 static PyObject *outbox_wait_idle(Outbox *self, PyObject *arg)
 {
+    if (!outbox_ready(self))
+        return NULL;
     double timeout = PyFloat_AsDouble(arg);
     if (timeout == -1.0 && PyErr_Occurred())
         return NULL;

@@ -265,6 +265,10 @@ def test_hostile_input_is_refused_and_nothing_is_queued(bad: object) -> None:
     assert outbox.dns_depth == 0
     with pytest.raises(ValueError):
         Outbox(0, 4, 10, 1.0)
+    bare = Outbox.__new__(Outbox)  # never initialised: refused, not a crash
+    for call in (lambda: bare.put([]), lambda: bare.put_dns([]), lambda: bare.run(0), lambda: bare.wait_idle(0.1)):
+        with pytest.raises(RuntimeError, match="not initialised"):
+            call()
 
 
 def test_producers_on_many_threads_every_flow_arrives_once_in_whole_frames() -> None:
