@@ -85,20 +85,35 @@ def test_the_analysis_process_yields_the_cpu_to_ingestion(in_process: Any) -> No
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
 def test_the_analysis_process_gets_a_cpu_of_its_own_and_keeps_it_across_a_restart(tmp_path: Path) -> None:
     """`analysis.pin_cpus` (the default; `python -m appliance` applies it after start): the analysis process on the
-    last usable CPU, every thread of the server on the others; a restarted analysis process lands on the same CPU;
-    stop() gives an embedding process its CPUs back."""
+    last usable CPU, every thread of the server on the others but the sending thread, which goes with the analysis
+    process, behind it in priority; a restarted analysis process lands on the same CPU; stop() gives an embedding
+    process its CPUs back."""
+    import threading
+
+    from appliance.analysis.process import SENDER_BEHIND
+
     usable = os.sched_getaffinity(0)
     analysis_cpu, server_cpus = {max(usable)}, usable - {max(usable)}
     running = start_detecting(tmp_path, analysis={"worker": "process"})
+
+    def placed_as_asked() -> bool:
+        sender = [t.native_id for t in threading.enumerate() if t.name == "analysis-send"]
+        assert len(sender) == 1
+        assert os.sched_getaffinity(sender[0]) == analysis_cpu
+        assert os.getpriority(os.PRIO_PROCESS, sender[0]) == min(
+            os.getpriority(os.PRIO_PROCESS, os.getpid()) + running.app.settings.analysis.nice + SENDER_BEHIND, 19)
+        tasks = [int(t) for t in os.listdir("/proc/self/task") if int(t) != sender[0]]
+        return all(os.sched_getaffinity(t) == server_cpus for t in tasks)
+
     try:
         pid = wait_for(lambda: metrics(running)["analysis_worker"]["running"] and metrics(running)["analysis_worker"]["pid"])
         assert all(cpus == usable for cpus in thread_cpus(pid))  # nothing pinned until asked
         assert running.app.pin_cpus() == {"server": sorted(server_cpus), "analysis": sorted(analysis_cpu)}
         assert all(cpus == analysis_cpu for cpus in thread_cpus(pid))
-        assert all(cpus == server_cpus for cpus in thread_cpus(os.getpid()))
+        assert placed_as_asked()
         assert metrics(running)["analysis_worker"]["cpus"] == sorted(analysis_cpu)
         sent = sc.stream(running.stub(), sc.benign_office(0, minutes=2))  # threads gRPC starts now inherit the server's set
-        assert sent > 0 and all(cpus == server_cpus for cpus in thread_cpus(os.getpid()))
+        assert sent > 0 and placed_as_asked()
         os.kill(pid, signal.SIGKILL)
         again = wait_for(lambda: (m := metrics(running)["analysis_worker"])["running"] and m["restarts"] == 1 and m["pid"],
                          what="the restarted analysis process")
@@ -155,6 +170,29 @@ def test_a_refusal_for_either_process_pins_neither(
     monkeypatch.undo()
     assert metrics(running)["analysis_worker"]["cpus"] == []
     assert all(cpus == usable for cpus in thread_cpus(os.getpid()))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two usable CPUs")
+def test_a_sending_thread_whose_priority_cannot_be_lowered_stays_with_the_server(
+        in_process: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """At the analysis process's priority or above it, the sending thread would take the analysis CPU from analysis."""
+    import threading
+
+    def refused(which: int, who: int, prio: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    running = in_process()
+    wait_for(lambda: metrics(running)["analysis_worker"]["running"], what="the analysis process to be ready")
+    monkeypatch.setattr(os, "setpriority", refused)
+    usable = os.sched_getaffinity(0)
+    placed = running.app.pin_cpus()
+    monkeypatch.undo()
+    assert placed is not None and metrics(running)["analysis_worker"]["cpus"] == placed["analysis"]
+    sender = next(t.native_id for t in threading.enumerate() if t.name == "analysis-send")
+    assert os.sched_getaffinity(sender) == set(placed["server"]) != usable
+    assert "the sending thread stays on the server's CPUs" in caplog.text
+    sc.stream(running.stub(), sc.iodine_tunnel())
+    assert [a["category"] for a in alerts_of(running)] == ["DnsTunneling"]
 
 
 def test_with_pin_cpus_off_the_kernel_places_both_processes(in_process: Any) -> None:
@@ -344,7 +382,8 @@ paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_di
         usable = os.sched_getaffinity(0)
         if len(usable) >= 2:  # analysis.pin_cpus, applied by the entry point after start
             assert all(cpus == {max(usable)} for cpus in thread_cpus(int(children[0])))
-            assert all(cpus == usable - {max(usable)} for cpus in thread_cpus(proc.pid))
+            server = thread_cpus(proc.pid)  # every thread on the server's CPUs but the sending thread, with analysis
+            assert server.count({max(usable)}) == 1 and server.count(usable - {max(usable)}) == len(server) - 1
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, proc.stdout.read() if proc.stdout else ""
         hold.put(None)
