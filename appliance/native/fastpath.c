@@ -2955,9 +2955,19 @@ static PyObject *fastpath_decode_dns_batch(PyObject *module, PyObject *const *ar
  * message already a serialized sensor.flows.DnsMessage (the table's answers are). Fields in number order, proto3
  * omissions as upb writes them (an empty agent id, a false from_event; the message is always present); the tests
  * hold the bytes equal to upb's. Framing in Python cost the hand-off thread ~0.6 us per answer. */
-static int dns_item_parts(PyObject *item, const char **agent, Py_ssize_t *alen, PyObject **message, int *from_event)
+static size_t dns_item_size(Py_ssize_t alen, Py_ssize_t mlen, int from_event)
 {
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+    return (alen ? 1 + varint_size((uint64_t)alen) + (size_t)alen : 0) + 1 + varint_size((uint64_t)mlen) + (size_t)mlen +
+           (from_event ? 2 : 0);
+}
+
+/* An item's parts: (agent_id, message bytes, from_event), or with `pairs` also (agent_id, message bytes), an answer
+ * (from_event false: the flow table's answers as they are handed over). */
+static int dns_item_parts(PyObject *item, int pairs, const char **agent, Py_ssize_t *alen, PyObject **message,
+                          int *from_event)
+{
+    int pair = pairs && PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2;
+    if (!pair && (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3)) {
         PyErr_SetString(PyExc_TypeError, "a DNS batch item is a tuple (agent_id, message bytes, from_event)");
         return -1;
     }
@@ -2969,15 +2979,23 @@ static int dns_item_parts(PyObject *item, const char **agent, Py_ssize_t *alen, 
     if ((*agent = PyUnicode_AsUTF8AndSize(a, alen)) == NULL)
         return -1;
     *message = m;
-    if ((*from_event = PyObject_IsTrue(PyTuple_GET_ITEM(item, 2))) < 0)
+    if ((*from_event = pair ? 0 : PyObject_IsTrue(PyTuple_GET_ITEM(item, 2))) < 0)
         return -1;
     return 0;
 }
 
-static size_t dns_item_size(Py_ssize_t alen, Py_ssize_t mlen, int from_event)
+/* One DnsBatch.items entry, written at `o` (dns_item_size(...) bytes after its tag and length); the end. */
+static uint8_t *put_dns_item(uint8_t *o, const char *agent, Py_ssize_t alen, PyObject *message, int from_event)
 {
-    return (alen ? 1 + varint_size((uint64_t)alen) + (size_t)alen : 0) + 1 + varint_size((uint64_t)mlen) + (size_t)mlen +
-           (from_event ? 2 : 0);
+    Py_ssize_t mlen = PyBytes_GET_SIZE(message);
+    *o++ = (1 << 3) | 2; /* DnsBatch.items */
+    o = put_varint(o, dns_item_size(alen, mlen, from_event));
+    o = put_bytes_field(o, 1, agent, (size_t)alen); /* AgentDns.agent_id */
+    *o++ = (2 << 3) | 2;                            /* AgentDns.message, even when empty */
+    o = put_varint(o, (uint64_t)mlen);
+    memcpy(o, PyBytes_AS_STRING(message), (size_t)mlen);
+    o += mlen;
+    return put_varint_field(o, 3, (uint64_t)(from_event != 0)); /* AgentDns.from_event */
 }
 
 static PyObject *fastpath_encode_dns_batch(PyObject *module, PyObject *items)
@@ -2994,7 +3012,7 @@ static PyObject *fastpath_encode_dns_batch(PyObject *module, PyObject *items)
     PyObject *message;
     int from_event;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (dns_item_parts(it[i], &agent, &alen, &message, &from_event) < 0) {
+        if (dns_item_parts(it[i], 0, &agent, &alen, &message, &from_event) < 0) {
             Py_DECREF(seq);
             return NULL;
         }
@@ -3008,16 +3026,8 @@ static PyObject *fastpath_encode_dns_batch(PyObject *module, PyObject *items)
     }
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
     for (Py_ssize_t i = 0; i < n; i++) {
-        dns_item_parts(it[i], &agent, &alen, &message, &from_event); /* succeeded above: nothing changed since */
-        Py_ssize_t mlen = PyBytes_GET_SIZE(message);
-        *o++ = (1 << 3) | 2; /* DnsBatch.items */
-        o = put_varint(o, dns_item_size(alen, mlen, from_event));
-        o = put_bytes_field(o, 1, agent, (size_t)alen); /* AgentDns.agent_id */
-        *o++ = (2 << 3) | 2;                            /* AgentDns.message, even when empty */
-        o = put_varint(o, (uint64_t)mlen);
-        memcpy(o, PyBytes_AS_STRING(message), (size_t)mlen);
-        o += mlen;
-        o = put_varint_field(o, 3, (uint64_t)(from_event != 0)); /* AgentDns.from_event */
+        dns_item_parts(it[i], 0, &agent, &alen, &message, &from_event); /* succeeded above: nothing changed since */
+        o = put_dns_item(o, agent, alen, message, from_event);
     }
     Py_DECREF(seq);
     if ((size_t)(o - (uint8_t *)PyBytes_AS_STRING(out)) != total) {

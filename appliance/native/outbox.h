@@ -508,17 +508,7 @@ static PyObject *outbox_put_dns(Outbox *self, PyObject *items)
         Py_ssize_t alen;
         PyObject *message;
         int from_event;
-        if (PyTuple_Check(it[i]) && PyTuple_GET_SIZE(it[i]) == 2) { /* (agent_id, message): an answer, as the table hands them */
-            PyObject *a = PyTuple_GET_ITEM(it[i], 0);
-            message = PyTuple_GET_ITEM(it[i], 1);
-            from_event = 0;
-            if (!PyUnicode_Check(a) || !PyBytes_Check(message)) {
-                PyErr_SetString(PyExc_TypeError, "a DNS item's agent_id must be str and its message bytes");
-                goto fail;
-            }
-            if ((agent = PyUnicode_AsUTF8AndSize(a, &alen)) == NULL)
-                goto fail;
-        } else if (dns_item_parts(it[i], &agent, &alen, &message, &from_event) < 0)
+        if (dns_item_parts(it[i], 1, &agent, &alen, &message, &from_event) < 0)
             goto fail;
         Py_ssize_t mlen = PyBytes_GET_SIZE(message);
         size_t body = dns_item_size(alen, mlen, from_event);
@@ -528,15 +518,7 @@ static PyObject *outbox_put_dns(Outbox *self, PyObject *items)
             PyErr_NoMemory();
             goto fail;
         }
-        uint8_t *o = node->data;
-        *o++ = (1 << 3) | 2; /* DnsBatch.items, as encode_dns_batch writes it */
-        o = put_varint(o, body);
-        o = put_bytes_field(o, 1, agent, (size_t)alen);
-        *o++ = (2 << 3) | 2;
-        o = put_varint(o, (uint64_t)mlen);
-        memcpy(o, PyBytes_AS_STRING(message), (size_t)mlen);
-        o += mlen;
-        o = put_varint_field(o, 3, (uint64_t)(from_event != 0));
+        uint8_t *o = put_dns_item(node->data, agent, alen, message, from_event); /* as encode_dns_batch writes it */
         node->len = (size_t)(o - node->data);
         node->prev = tail;
         node->next = NULL;
