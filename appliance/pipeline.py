@@ -119,20 +119,47 @@ class AnalysisPipeline(QueueFigures):
 
     # -- worker -------------------------------------------------------------------------------
     def process(self, flow: FlowRecord) -> list[Detection]:
-        """Analyse one flow synchronously (the worker's body; the analysis process calls it per flow)."""
+        """Analyse one flow synchronously (tests and tools; the worker and the analysis process call process_all)."""
         detections: list[Detection] = []
         for layer in self.layers:
             try:
                 found = layer.analyze(flow)
             except Exception:  # one broken layer must not stop analysis of the others
-                self.layer_errors += 1
-                log.exception("analysis layer %s failed on flow %s", layer.name, flow.flow_id)
+                self._layer_failed(layer, flow)
                 continue
             if found:  # most flows raise nothing: no call to add nothing
                 detections += found
         self.flows_processed += 1
-        if not detections:
-            return detections
+        return self._conclude(detections) if detections else detections
+
+    def process_all(self, flows: list[FlowRecord]) -> None:
+        """Analyse flows one after another, as `process` does each; a failure after the layers is counted and the
+        next goes on. The loop is `process` inlined: it runs for every flow, and most flows raise nothing."""
+        layers = [(layer, layer.analyze) for layer in self.layers]
+        for flow in flows:
+            detections: list[Detection] = []
+            for layer, analyze in layers:
+                try:
+                    found = analyze(flow)
+                except Exception:  # one broken layer must not stop analysis of the others
+                    self._layer_failed(layer, flow)
+                    continue
+                if found:
+                    detections += found
+            if detections:
+                try:
+                    self._conclude(detections)
+                except Exception:  # exclusions or correlation failed (e.g. SQLite): count, keep going
+                    self.layer_errors += 1
+                    log.exception("analysis of flow %s failed after its layers", flow.flow_id)
+        self.flows_processed += len(flows)
+
+    def _layer_failed(self, layer: AnalysisLayer, flow: FlowRecord) -> None:
+        self.layer_errors += 1
+        log.exception("analysis layer %s failed on flow %s", layer.name, flow.flow_id)
+
+    def _conclude(self, detections: list[Detection]) -> list[Detection]:
+        """A flow's detections: the exclusions' filter, then correlation; the ones kept."""
         if self.detection_filter is not None:
             kept = [d for d in detections if self.detection_filter(d)]
             self.detections_suppressed += len(detections) - len(kept)
@@ -141,15 +168,6 @@ class AnalysisPipeline(QueueFigures):
         if detections and self.correlator is not None:
             self.alerts_generated += self.correlator.correlate(detections)
         return detections
-
-    def process_all(self, flows: list[FlowRecord]) -> None:
-        """Analyse flows one after another; a failure after the layers is counted and the next goes on."""
-        for flow in flows:
-            try:
-                self.process(flow)
-            except Exception:  # exclusions or correlation failed (e.g. SQLite): count, keep going
-                self.layer_errors += 1
-                log.exception("analysis of flow %s failed after its layers", flow.flow_id)
 
     def _run(self) -> None:
         while True:

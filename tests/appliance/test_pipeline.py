@@ -57,6 +57,25 @@ def test_detection_filter_suppresses_and_counts():
     assert pipeline.detections_suppressed == 1 and pipeline.detections_generated == 0
 
 
+class FailsOnSecond(Correlator):
+    def correlate(self, detections):
+        if len(self.seen) == 1:
+            self.seen.append(None)
+            raise RuntimeError("database is locked")
+        return super().correlate(detections)
+
+
+def test_process_all_contains_a_broken_layer_and_a_failed_correlation_flow_by_flow():
+    correlator = FailsOnSecond()
+    pipeline = AnalysisPipeline([Broken(), Layer()], correlator, detection_filter=lambda d: d.flow_ids != ["f1"])
+    pipeline.process_all([flow(i) for i in range(4)])
+    assert pipeline.flows_processed == 4
+    assert pipeline.layer_errors == 4 + 1  # the broken layer on every flow, the correlation of f2
+    assert pipeline.detections_suppressed == 1  # f1's
+    assert [d.flow_ids if d else None for d in correlator.seen] == [["f0"], None, ["f3"]]
+    assert pipeline.alerts_generated == 2
+
+
 class Watcher:
     name = "watcher"
 
