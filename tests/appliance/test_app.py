@@ -30,8 +30,8 @@ def test_stop_flushes_flows_and_leaves_no_thread_behind(tmp_path, monkeypatch):
     assert wait_for(lambda: running.app.tracker.active_flows > 0, timeout=15), "the flow never opened"
     processed = []
     running.app.pipeline.correlator = None
-    original = running.app.pipeline.process
-    running.app.pipeline.process = lambda flow: processed.append(flow.flow_id) or original(flow)
+    original = running.app.pipeline.process_all  # what the analysis thread runs on each batch
+    running.app.pipeline.process_all = lambda flows: processed.extend(f.flow_id for f in flows) or original(flows)
     running.app.stop()
     release.set()
     call.cancel()
