@@ -203,6 +203,7 @@ static PyObject *label_features(PyObject *module, PyObject *const *args, Py_ssiz
 #include "signature_scan.h"
 #include "name_model.h"
 #include "resolver_cache.h"
+#include "word_segment.h"
 
 static PyObject *ascii_text(const char *text, size_t len)
 {
@@ -928,6 +929,8 @@ static int dpi_exec(PyObject *module)
     if (dnsw_init(module) < 0)
         return -1;
     if (rc_init(module) < 0)
+        return -1;
+    if (ws_init(module) < 0)
         return -1;
     return bhv_init(module) < 0 ? -1 : nm_init(module);
 }

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.detection.dpi.dga import NameScorer
+from appliance.native.dpi import WordTable
 
 WORD_MODEL_PATH = Path(__file__).resolve().parent.parent / "data" / "word_model.json.gz"
 _VOWELS = frozenset("aeiouy")
@@ -69,6 +70,9 @@ class WordModel:
         # Every proper prefix of a known word (the model's own words, not attacker-chosen): `segment` stops
         # extending a piece that starts no word instead of trying every length up to _MAX_WORD.
         self._prefixes = frozenset(w[:i] for w in unigrams for i in range(1, min(len(w), _MAX_WORD)))
+        # The same words and prefixes as one C table: `segment` on ASCII letters (every DNS label's) without a
+        # substring per piece tried (appliance/native/word_segment.h).
+        self._table = WordTable(unigrams, self._prefixes, _MAX_WORD, _UNKNOWN_PER_CHAR)
 
     @classmethod
     def load(cls, scorer: NameScorer, path: Path = WORD_MODEL_PATH) -> WordModel:
@@ -78,9 +82,15 @@ class WordModel:
     def segment(self, text: str) -> tuple[list[str], float]:
         """The most probable split of `text` (letters only) and the share of letters in known words.
 
-        `segment_reference`'s Viterbi with the loops turned round: each start extends its piece only while
-        the piece is a known word or the prefix of one (an unknown piece longer than a letter is never
-        taken). For each end the starts still come in ascending order and a later one wins only when
+        In C for ASCII text (`WordTable.segment`, the loops of `segment_python`); other text takes the Python loop.
+        """
+        found = self._table.segment(text)
+        return found if found is not None else self.segment_python(text)
+
+    def segment_python(self, text: str) -> tuple[list[str], float]:
+        """`segment` in Python, for any text: `segment_reference`'s Viterbi with the loops turned round: each
+        start extends its piece only while the piece is a known word or the prefix of one (an unknown piece
+        longer than a letter is never taken). For each end the starts still come in ascending order and a later one wins only when
         strictly better, so the split is the same, ties included; the tests hold the two equal.
         """
         n = len(text)
