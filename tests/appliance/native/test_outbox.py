@@ -195,6 +195,31 @@ def test_it_gathers_until_a_batch_is_full_and_a_flush_sends_at_once() -> None:
         sender.close()
 
 
+def test_entries_are_held_by_reference_until_written_then_released() -> None:
+    """A flow's node holds its entry (no copy) while it waits and is written; the sender cannot drop that reference
+    without the interpreter lock, so the next call that holds it does (here: run coming back, and a put)."""
+    import sys
+
+    outbox = Outbox(1000, 100, 100, 30.0)
+    sender = Sender(outbox)
+    entries = [entry("a", n) for n in range(5)]
+    before = [sys.getrefcount(e) for e in entries]
+    try:
+        outbox.put([("a", e) for e in entries])
+        assert [sys.getrefcount(e) for e in entries] == [b + 1 for b in before]
+        assert drained_frames(outbox, sender) == [[f"a:{n}" for n in range(5)]]
+        assert [sys.getrefcount(e) for e in entries] == before  # released when run() came back
+        dropped = Outbox(2, 100, 100, 30.0)
+        kept = [entry("b", n) for n in range(4)]
+        counts = [sys.getrefcount(e) for e in kept]
+        assert dropped.put([("b", e) for e in kept]) == {"b": 2}  # two over the bound: dropped and released at once
+        assert [sys.getrefcount(e) for e in kept] == [counts[0] + 1, counts[1] + 1, counts[2], counts[3]]
+        del dropped  # the outbox's end releases what waits
+        assert [sys.getrefcount(e) for e in kept] == counts
+    finally:
+        sender.close()
+
+
 def test_a_short_gather_sends_what_waits_without_a_flush() -> None:
     outbox = Outbox(1000, 100, 100, 0.02)
     sender = Sender(outbox)
