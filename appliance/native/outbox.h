@@ -86,6 +86,17 @@ static int outbox_is_idle(const Outbox *o)
     return !o->depth && !o->busy && !o->dns_depth && !o->dns_busy;
 }
 
+/* n onto the end of the singly linked list head..tail. */
+static void outbox_append(OutNode **head, OutNode **tail, OutNode *n)
+{
+    n->next = NULL;
+    if (*tail != NULL)
+        (*tail)->next = n;
+    else
+        *head = n;
+    *tail = n;
+}
+
 /* Free nodes and drop their references: with the interpreter lock. */
 static void outbox_free_nodes(OutNode *n)
 {
@@ -104,16 +115,10 @@ static void outbox_retire_nodes(Outbox *o, OutNode *n)
     OutNode *head = NULL, *tail = NULL;
     while (n != NULL) {
         OutNode *next = n->next;
-        if (n->owner == NULL) {
+        if (n->owner == NULL)
             free(n);
-        } else {
-            n->next = NULL;
-            if (tail != NULL)
-                tail->next = n;
-            else
-                head = n;
-            tail = n;
-        }
+        else
+            outbox_append(&head, &tail, n);
         n = next;
     }
     if (head == NULL)
@@ -242,12 +247,7 @@ static Py_ssize_t outbox_cut(Outbox *o, Py_ssize_t limit, OutNode **out)
                     a->tail = NULL;
                 else
                     a->head->prev = NULL;
-                n->next = NULL;
-                if (tail != NULL)
-                    tail->next = n;
-                else
-                    head = n;
-                tail = n;
+                outbox_append(&head, &tail, n);
                 a->held--;
                 o->depth--;
                 count++;
