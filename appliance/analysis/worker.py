@@ -128,7 +128,9 @@ class Worker:
         self.flows_received += len(flows)
 
     def _dns(self, payload: bytes) -> None:
-        try:
+        if self.parts.resolver.observe_batch(payload):  # answers only, read in place: nearly every batch
+            return
+        try:  # resolver events among them (the DNS layers see those too, in order), or not plain: as objects
             items = record_codec.decode_dns(payload)
         except record_codec.RecordError:
             self.frames_refused += 1

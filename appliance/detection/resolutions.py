@@ -23,6 +23,7 @@ _AAAA = 28
 _CNAME = 5
 _MAX_TIMES = 64  # resolver_cache.h's RC_MAX_TIMES
 _observe = native_dpi.resolver_observe
+_observe_batch = native_dpi.resolver_observe_batch
 _lookup = native_dpi.resolver_lookup
 
 
@@ -69,6 +70,18 @@ class ResolverCache:
         a known address's Resolution updated in place (readers use what `lookup` returned at once)."""
         with self._lock:
             self.responses_seen += _observe(items, self._by_ip, self._by_name, self._max, _RESOLUTION_MAKER, _thin)
+
+    def observe_batch(self, data: bytes) -> bool:
+        """`observe_many(record_codec.decode_dns(data))` for a serialized DnsBatch of answers, read in place (native
+        resolver_batch.h): True when done; False, with nothing observed, when the batch is not plain (a resolver
+        event among its items, a string that is not ASCII, encoding upb would read some other way or refuse), which
+        the caller then reads into objects."""
+        with self._lock:
+            learned = _observe_batch(data, self._by_ip, self._by_name, self._max, _RESOLUTION_MAKER, _thin)
+            if learned is None:
+                return False
+            self.responses_seen += learned
+            return True
 
     def lookup(self, agent_id: str, address: str | int, at_ns: int, window_s: float,
                slack_s: float = 2.0) -> Resolution | None:

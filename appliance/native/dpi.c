@@ -203,6 +203,7 @@ static PyObject *label_features(PyObject *module, PyObject *const *args, Py_ssiz
 #include "signature_scan.h"
 #include "name_model.h"
 #include "resolver_cache.h"
+#include "resolver_batch.h"
 #include "word_segment.h"
 
 static PyObject *ascii_text(const char *text, size_t len)
@@ -904,6 +905,9 @@ static PyMethodDef dpi_functions[] = {
     {"resolver_observe", (PyCFunction)(void (*)(void))resolver_observe, METH_FASTCALL,
      "resolver_observe(items, by_ip, by_name, max_per_agent, maker, thin) -> responses learned: "
      "ResolverCache.observe_many (resolver_cache.h)."},
+    {"resolver_observe_batch", (PyCFunction)(void (*)(void))resolver_observe_batch, METH_FASTCALL,
+     "resolver_observe_batch(data, by_ip, by_name, max_per_agent, maker, thin) -> responses learned | None: "
+     "ResolverCache.observe_batch, a DnsBatch read in place (resolver_batch.h); None when it is not plain."},
     {"resolver_lookup", (PyCFunction)(void (*)(void))resolver_lookup, METH_FASTCALL,
      "resolver_lookup(by_ip, maker, agent_id, address, at_ns, window_s[, slack_s=2.0]) -> Resolution | None: "
      "ResolverCache.lookup (resolver_cache.h)."},

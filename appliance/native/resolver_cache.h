@@ -332,58 +332,16 @@ static int rc_answer(PyObject *answer, PyObject *qname, PyObject **names, PyObje
     return 0;
 }
 
-/* One message of the Python loop: -1 error, 0 taught nothing, 1 learned. */
-static int rc_observe_one(PyObject *agent_id, PyObject *message, PyObject *by_ip_all, PyObject *by_name_all,
-                          Py_ssize_t max, SlotMaker *maker, PyObject *thin)
+/* What one response teaches (the Python loop's body once its answers are read): `names` is [qname, CNAME targets...]
+ * or NULL when it had no CNAME, `pairs` the (address, ttl) of its A and AAAA answers (count >= 1), `ts` its
+ * timestamp. Borrows everything. -1 on error, else 1. */
+static int rc_learn(PyObject *agent_id, PyObject *qname, PyObject *names, PyObject *const *pairs, Py_ssize_t count,
+                    PyObject *ts, PyObject *by_ip_all, PyObject *by_name_all, Py_ssize_t max, SlotMaker *maker,
+                    PyObject *thin)
 {
-    /* if not message.is_response or not message.answers or not message.qname: continue */
-    PyObject *flag = dnsw_get(message, &rc_attr_is_response);
-    int truth = flag != NULL ? PyObject_IsTrue(flag) : -1;
-    Py_XDECREF(flag);
-    if (truth <= 0)
-        return truth;
-    PyObject *answers = dnsw_get(message, &rc_attr_answers);
-    truth = answers != NULL ? PyObject_IsTrue(answers) : -1;
-    if (truth <= 0) {
-        Py_XDECREF(answers);
-        return truth;
-    }
-    PyObject *qname = dnsw_get(message, &rc_attr_qname);
-    truth = qname != NULL ? PyObject_IsTrue(qname) : -1;
-    if (truth <= 0) {
-        Py_DECREF(answers);
-        Py_XDECREF(qname);
-        return truth;
-    }
     int result = -1;
-    PyObject *seq = PySequence_Fast(answers, "DnsMessage.answers must be iterable");
-    PyObject *names = NULL, *ts = NULL, *by_ip = NULL, *by_name = NULL;
-    rc_chain chain = {.qname = qname, .names = NULL, .tuple = NULL};
-    PyObject *stack[32], **pairs = stack; /* (data, ttl) of the A and AAAA answers, new references */
-    Py_ssize_t count = 0;
-    if (seq == NULL)
-        goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (n > 16 && (pairs = PyMem_Malloc(sizeof(PyObject *) * 2 * (size_t)n)) == NULL) {
-        pairs = stack;
-        PyErr_NoMemory();
-        goto done;
-    }
-    /* At most n answers (pairs holds 2n); fewer if a comparison ran Python code that shrank the list. */
-    for (Py_ssize_t i = 0; i < n && i < PySequence_Fast_GET_SIZE(seq); i++) {
-        PyObject *answer = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
-        int r = rc_answer(answer, qname, &names, pairs, &count);
-        Py_DECREF(answer);
-        if (r < 0)
-            goto done;
-    }
-    if (count == 0) {
-        result = 0;
-        goto done;
-    }
-    if ((ts = dnsw_get(message, &rc_attr_timestamp_ns)) == NULL)
-        goto done;
-    chain.names = names;
+    rc_chain chain = {.qname = qname, .names = names, .tuple = NULL};
+    PyObject *by_ip = NULL, *by_name = NULL;
     if ((by_ip = rc_inner(by_ip_all, agent_id)) == NULL || (by_name = rc_inner(by_name_all, agent_id)) == NULL)
         goto done;
     if (!PyDict_CheckExact(by_ip) || !PyDict_CheckExact(by_name)) {
@@ -448,16 +406,93 @@ static int rc_observe_one(PyObject *agent_id, PyObject *message, PyObject *by_ip
         goto done;
     result = 1;
 done:
+    Py_XDECREF(chain.tuple);
+    Py_XDECREF(by_ip);
+    Py_XDECREF(by_name);
+    return result;
+}
+
+/* The (address, ttl) references of `count` pairs dropped, and their array freed unless it is `stack`. */
+static void rc_pairs_release(PyObject **pairs, Py_ssize_t count, PyObject **stack)
+{
     for (Py_ssize_t i = 0; i < 2 * count; i++)
         Py_DECREF(pairs[i]);
     if (pairs != stack)
         PyMem_Free(pairs);
+}
+
+/* The observe calls' arguments (what, by_ip, by_name, max_per_agent, maker, thin) checked; *max read. */
+static int rc_observe_args(PyObject *const *args, Py_ssize_t nargs, const char *usage, Py_ssize_t *max)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    if (!PyDict_Check(args[1]) || !PyDict_Check(args[2]) || rc_check_maker(args[4]) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "by_ip and by_name must be dicts");
+        return -1;
+    }
+    *max = PyLong_AsSsize_t(args[3]);
+    return *max == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* One message of the Python loop: -1 error, 0 taught nothing, 1 learned. */
+static int rc_observe_one(PyObject *agent_id, PyObject *message, PyObject *by_ip_all, PyObject *by_name_all,
+                          Py_ssize_t max, SlotMaker *maker, PyObject *thin)
+{
+    /* if not message.is_response or not message.answers or not message.qname: continue */
+    PyObject *flag = dnsw_get(message, &rc_attr_is_response);
+    int truth = flag != NULL ? PyObject_IsTrue(flag) : -1;
+    Py_XDECREF(flag);
+    if (truth <= 0)
+        return truth;
+    PyObject *answers = dnsw_get(message, &rc_attr_answers);
+    truth = answers != NULL ? PyObject_IsTrue(answers) : -1;
+    if (truth <= 0) {
+        Py_XDECREF(answers);
+        return truth;
+    }
+    PyObject *qname = dnsw_get(message, &rc_attr_qname);
+    truth = qname != NULL ? PyObject_IsTrue(qname) : -1;
+    if (truth <= 0) {
+        Py_DECREF(answers);
+        Py_XDECREF(qname);
+        return truth;
+    }
+    int result = -1;
+    PyObject *seq = PySequence_Fast(answers, "DnsMessage.answers must be iterable");
+    PyObject *names = NULL, *ts = NULL;
+    PyObject *stack[32], **pairs = stack; /* (data, ttl) of the A and AAAA answers, new references */
+    Py_ssize_t count = 0;
+    if (seq == NULL)
+        goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > 16 && (pairs = PyMem_Malloc(sizeof(PyObject *) * 2 * (size_t)n)) == NULL) {
+        pairs = stack;
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* At most n answers (pairs holds 2n); fewer if a comparison ran Python code that shrank the list. */
+    for (Py_ssize_t i = 0; i < n && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *answer = Py_NewRef(PySequence_Fast_GET_ITEM(seq, i));
+        int r = rc_answer(answer, qname, &names, pairs, &count);
+        Py_DECREF(answer);
+        if (r < 0)
+            goto done;
+    }
+    if (count == 0) {
+        result = 0;
+        goto done;
+    }
+    if ((ts = dnsw_get(message, &rc_attr_timestamp_ns)) == NULL)
+        goto done;
+    result = rc_learn(agent_id, qname, names, pairs, count, ts, by_ip_all, by_name_all, max, maker, thin);
+done:
+    rc_pairs_release(pairs, count, stack);
     Py_XDECREF(seq);
     Py_XDECREF(names);
-    Py_XDECREF(chain.tuple);
     Py_XDECREF(ts);
-    Py_XDECREF(by_ip);
-    Py_XDECREF(by_name);
     Py_DECREF(answers);
     Py_DECREF(qname);
     return result;
@@ -465,19 +500,10 @@ done:
 
 static PyObject *resolver_observe(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "resolver_observe(items, by_ip, by_name, max_per_agent, maker, thin)");
+    Py_ssize_t max;
+    if (rc_observe_args(args, nargs, "resolver_observe(items, by_ip, by_name, max_per_agent, maker, thin)", &max) < 0)
         return NULL;
-    }
     PyObject *by_ip_all = args[1], *by_name_all = args[2], *thin = args[5];
-    if (!PyDict_Check(by_ip_all) || !PyDict_Check(by_name_all) || rc_check_maker(args[4]) < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "by_ip and by_name must be dicts");
-        return NULL;
-    }
-    Py_ssize_t max = PyLong_AsSsize_t(args[3]);
-    if (max == -1 && PyErr_Occurred())
-        return NULL;
     PyObject *seq = PySequence_Fast(args[0], "items must be iterable");
     if (seq == NULL)
         return NULL;
