@@ -90,8 +90,8 @@ class WordModel:
     def segment_python(self, text: str) -> tuple[list[str], float]:
         """`segment` in Python, for any text: `segment_reference`'s Viterbi with the loops turned round: each
         start extends its piece only while the piece is a known word or the prefix of one (an unknown piece
-        longer than a letter is never taken). For each end the starts still come in ascending order and a later one wins only when
-        strictly better, so the split is the same, ties included; the tests hold the two equal.
+        longer than a letter is never taken). For each end the starts still come in ascending order and a later
+        one wins only when strictly better, so the split is the same, ties included; the tests hold the two equal.
         """
         n = len(text)
         best = [0.0] + [-math.inf] * n
