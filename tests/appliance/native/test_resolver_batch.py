@@ -12,6 +12,7 @@ import random
 
 import pytest
 
+from appliance.detection import resolutions
 from appliance.detection.resolutions import ResolverCache
 from appliance.flows import record_codec
 from appliance.model import DnsAnswer, DnsMessage
@@ -139,16 +140,13 @@ def test_hostile_mutations_are_read_exactly_as_upb_reads_them_or_left_alone() ->
 
 
 def test_arguments_are_checked() -> None:
-    cache = ResolverCache()
+    maker = resolutions._RESOLUTION_MAKER
     with pytest.raises(TypeError):
-        resolver_observe_batch(b"", {}, {}, 10, object(), None)
+        resolver_observe_batch(b"", {}, {}, 10, object(), None)  # not the Resolution maker
     with pytest.raises(TypeError):
-        resolver_observe_batch("not bytes", {}, {}, 10, cache_maker(), None)
+        resolver_observe_batch("not bytes", {}, {}, 10, maker, None)
     with pytest.raises(TypeError):
-        resolver_observe_batch(b"", [], {}, 10, cache_maker(), None)
-
-
-def cache_maker() -> object:
-    from appliance.detection import resolutions
-
-    return resolutions._RESOLUTION_MAKER
+        resolver_observe_batch(b"", [], {}, 10, maker, None)
+    with pytest.raises(TypeError):
+        resolver_observe_batch(b"", {}, {}, 10, maker)  # five arguments
+    assert resolver_observe_batch(b"", {}, {}, 10, maker, None) == 0  # an empty batch is plain and teaches nothing
