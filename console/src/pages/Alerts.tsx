@@ -1,7 +1,7 @@
 // The alert inbox (EveBox model): groups by category + agent + indicator; views Inbox (New), Escalated
 // (Investigating), All; filters with click-to-include / click-to-exclude; triage and bulk actions that apply
 // to everything the query matches (server side); keyboard j/k/x/e/s/?; export; auto-refresh.
-import { useEffect, useMemo, useState } from "preact/hooks";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import type { PageProps } from "../context.ts";
 import type { Alert, AlertGroup, AlertStatus, Query } from "../api/client.ts";
 import { allowedActions } from "./triage.ts";
@@ -118,25 +118,39 @@ export function Alerts({ ctx }: PageProps) {
     return sel.length ? sel : current ? [current] : [];
   };
 
+  // The keys act on what the handler itself last set, not on the last render's closure: Preact renders (and runs
+  // effects) after the key events, so "j" then "x" typed fast would otherwise select the row above the cursor.
+  // Each render refreshes the ref from state; the handler writes it before it asks for the render.
+  const keys = useRef({ cursor, selected, groups, apply });
+  keys.current = { cursor, selected, groups, apply };
   useEffect(() => {
     const onKey = (e: KeyboardEvent) => {
       const t = e.target as HTMLElement;
       if (e.ctrlKey || e.metaKey || e.altKey || ["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName)) return;
-      if (e.key === "j") setCursor((c) => Math.min(c + 1, Math.max(0, groups.length - 1)));
-      else if (e.key === "k") setCursor((c) => Math.max(c - 1, 0));
-      else if (e.key === "x" && current) {
-        setSelected((s) => { const n = new Set(s); const k = groupKey(current); if (n.has(k)) n.delete(k); else n.add(k); return n; });
-      } else if (e.key === "e") void apply("Acknowledged", targets());
-      else if (e.key === "s") void apply("Investigating", targets());
+      const k = keys.current;
+      const at = k.groups[Math.min(k.cursor, k.groups.length - 1)];
+      const moveTo = (c: number) => { k.cursor = c; setCursor(c); };
+      const chosen = (): AlertGroup[] => {
+        const sel = k.groups.filter((g) => k.selected.has(groupKey(g)));
+        return sel.length ? sel : at ? [at] : [];
+      };
+      if (e.key === "j") moveTo(Math.min(k.cursor + 1, Math.max(0, k.groups.length - 1)));
+      else if (e.key === "k") moveTo(Math.max(k.cursor - 1, 0));
+      else if (e.key === "x" && at) {
+        const n = new Set(k.selected); const key = groupKey(at);
+        if (n.has(key)) n.delete(key); else n.add(key);
+        k.selected = n; setSelected(n);
+      } else if (e.key === "e") void k.apply("Acknowledged", chosen());
+      else if (e.key === "s") void k.apply("Investigating", chosen());
       else if (e.key === "?") setHelp((h) => !h);
-      else if ((e.key === "Enter" || e.key === "o") && current && t.tagName !== "BUTTON" && t.tagName !== "A") navigate(`/alerts/${current.alert_ids[0]}`);
+      else if ((e.key === "Enter" || e.key === "o") && at && t.tagName !== "BUTTON" && t.tagName !== "A") navigate(`/alerts/${at.alert_ids[0]}`);
       else if (e.key === "Escape") setHelp(false);
       else return;
       e.preventDefault();
     };
     addEventListener("keydown", onKey);
     return () => removeEventListener("keydown", onKey);
-  });
+  }, []);
 
   useEffect(() => {
     document.querySelector<HTMLElement>(`tr[data-row="${cursor}"]`)?.scrollIntoView({ block: "nearest" });
