@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from appliance.analysis.fair_queue import FairQueue, QueueFigures
+from appliance.flows import record_codec
 from appliance.model import DnsMessage, Detection, FlowRecord
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,14 @@ class DnsObserver(Protocol):
     """A layer that also wants resolver events (StreamDnsEvents) as they arrive."""
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None: ...
+
+
+class ResolverAnswers(Protocol):
+    """What learns from DNS answers (the resolver cache): a serialized batch in place, or decoded items."""
+
+    def observe_batch(self, data: bytes) -> bool: ...
+
+    def observe_many(self, items: list[tuple[str, DnsMessage]]) -> None: ...
 
 
 class Correlator(Protocol):
@@ -112,6 +121,13 @@ class AnalysisPipeline(QueueFigures):
                 answers.append((agent_id, message))
         if answers:
             observe_answers(answers)
+
+    def observe_dns_batch(self, payload: bytes, resolver: ResolverAnswers) -> None:
+        """A DnsBatch as it travels (record_codec's encoding). Answers only, nearly every batch, are read in place
+        by the resolver cache (`observe_batch`, which changes nothing when it declines); resolver events among
+        them (the layers see those too, in order) or anything not plain, as objects. RecordError when broken."""
+        if not resolver.observe_batch(payload):
+            self.observe_dns_items(record_codec.decode_dns(payload), resolver.observe_many)
 
     @property
     def queue(self) -> FairQueue:

@@ -128,14 +128,10 @@ class Worker:
         self.flows_received += len(flows)
 
     def _dns(self, payload: bytes) -> None:
-        if self.parts.resolver.observe_batch(payload):  # answers only, read in place: nearly every batch
-            return
-        try:  # resolver events among them (the DNS layers see those too, in order), or not plain: as objects
-            items = record_codec.decode_dns(payload)
+        try:
+            self.pipeline.observe_dns_batch(payload, self.parts.resolver)
         except record_codec.RecordError:
             self.frames_refused += 1
-            return
-        self.pipeline.observe_dns_items(items, self.parts.resolver.observe_many)
 
     def reload(self) -> None:
         """Read what the server changed in SQLite: analysis config, exclusions, console settings."""

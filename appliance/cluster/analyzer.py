@@ -349,8 +349,8 @@ class Analyzer:
             try:
                 if kind == bus.KIND_FLOWS:
                     decoded.append((kind, record_codec.decode(data, _SAMPLED), None))
-                elif kind == bus.KIND_DNS:
-                    decoded.append((kind, None, record_codec.decode_dns(data)))
+                elif kind == bus.KIND_DNS:  # read where it is used: in place, nearly always (observe_dns_batch)
+                    decoded.append((kind, None, data))
                 else:
                     self.entries_refused += 1
             except record_codec.RecordError:
@@ -365,7 +365,11 @@ class Analyzer:
         duplicates = 0
         for kind, flows, dns in decoded:
             if dns is not None:
-                self.pipeline.observe_dns_items(dns, self.parts.resolver.observe_many)
+                try:
+                    self.pipeline.observe_dns_batch(dns, self.parts.resolver)
+                except record_codec.RecordError:
+                    self.entries_refused += 1
+                    log.exception("cluster: a DNS entry of partition %d refused", part.number)
                 continue
             fresh = []
             for flow in flows or []:

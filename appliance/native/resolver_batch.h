@@ -297,18 +297,8 @@ static int rb_observe_item(const rb_batch *b, const rb_item *item, rb_strings *c
     }
     for (size_t i = 0; i < item->count; i++) {
         const rb_answer *a = &b->answers[item->first + i];
-        if (a->rtype == 5) { /* a CNAME's target joins [qname, ...] once */
-            if (names == NULL) { /* [qname], made at the first CNAME: most answers have none */
-                if ((names = PyList_New(1)) == NULL)
-                    goto done;
-                PyList_SET_ITEM(names, 0, Py_NewRef(qname));
-            }
-            PyObject *target = rb_str(a->data, &cache->data_span, &cache->data);
-            int known = target != NULL ? PySequence_Contains(names, target) : -1;
-            if (known == 0)
-                known = PyList_Append(names, target);
-            Py_XDECREF(target);
-            if (known < 0)
+        if (a->rtype == 5) {
+            if (rc_add_cname(&names, qname, rb_str(a->data, &cache->data_span, &cache->data)) < 0)
                 goto done;
         } else if (a->rtype == 1 || a->rtype == 28) {
             PyObject *address = rb_str(a->data, &cache->data_span, &cache->data);

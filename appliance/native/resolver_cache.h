@@ -289,6 +289,26 @@ static int rc_is(PyObject *rtype, long long code, PyObject *code_object)
 
 static PyObject *rc_cname, *rc_a, *rc_aaaa; /* 5, 1, 28 */
 
+/* A CNAME's target joins `*names` ([qname, targets...], made at the first CNAME: most answers have none) once.
+ * Steals `target` (NULL: the error its maker set). -1 on error, else 0. */
+static int rc_add_cname(PyObject **names, PyObject *qname, PyObject *target)
+{
+    if (target == NULL)
+        return -1;
+    if (*names == NULL) {
+        if ((*names = PyList_New(1)) == NULL) {
+            Py_DECREF(target);
+            return -1;
+        }
+        PyList_SET_ITEM(*names, 0, Py_NewRef(qname));
+    }
+    int known = PySequence_Contains(*names, target);
+    if (known == 0)
+        known = PyList_Append(*names, target);
+    Py_DECREF(target);
+    return known < 0 ? -1 : 0;
+}
+
 /* One answer of a message: a CNAME's target joins *names (once; the list [qname, ...] made at the first CNAME),
  * an A or AAAA answer's (data, ttl) joins `pairs` (new references) at *count. -1 on error. */
 static int rc_answer(PyObject *answer, PyObject *qname, PyObject **names, PyObject **pairs, Py_ssize_t *count)
@@ -305,19 +325,8 @@ static int rc_answer(PyObject *answer, PyObject *qname, PyObject **names, PyObje
     Py_DECREF(rtype);
     if (is_cname < 0 || is_address < 0)
         return -1;
-    if (is_cname) {
-        if (*names == NULL) { /* [qname], made at the first CNAME: most answers have none */
-            if ((*names = PyList_New(1)) == NULL)
-                return -1;
-            PyList_SET_ITEM(*names, 0, Py_NewRef(qname));
-        }
-        PyObject *target = dnsw_get(answer, &rc_attr_data);
-        int known = target != NULL ? PySequence_Contains(*names, target) : -1;
-        if (known == 0)
-            known = PyList_Append(*names, target);
-        Py_XDECREF(target);
-        return known < 0 ? -1 : 0;
-    }
+    if (is_cname)
+        return rc_add_cname(names, qname, dnsw_get(answer, &rc_attr_data));
     if (is_address) {
         PyObject *address = dnsw_get(answer, &rc_attr_data);
         PyObject *ttl = address != NULL ? dnsw_get(answer, &rc_attr_ttl) : NULL;

@@ -200,6 +200,21 @@ def cluster(tmp_path: Path, redis_server: RedisServer) -> Iterator[Cluster]:
         running.stop()
 
 
+def lone_analyzer(tmp_path: Path, redis_server: RedisServer, partitions: int) -> tuple[Any, Any]:
+    """(an analyzer "a1", not started, a client) on a Redis laid out for `partitions`, its groups made: entries
+    a test adds to a partition's stream before start() are what it reads first."""
+    from appliance.cluster.analyzer import Analyzer
+    from tests.conftest import appliance_settings
+
+    (tmp_path / "signatures").mkdir()
+    settings = appliance_settings(tmp_path, cluster={"role": "analyzer", "redis_url": redis_server.url,
+                                                     "partitions": partitions, "node_id": "a1", "lease_seconds": 2})
+    client = redis_server.client()
+    bus.agree_on_layout(client, partitions)
+    bus.ensure_groups(client, partitions)
+    return Analyzer(settings), client
+
+
 def redis_totals(client: Any, partitions: int) -> dict[str, int]:
     """The partitions' counters summed (added, trimmed, analysed, duplicates, per analyzer too)."""
     return bus.partition_counts(client, partitions)

@@ -13,23 +13,17 @@ from typing import Any
 import pytest
 
 from appliance.cluster import bus
-from appliance.cluster.analyzer import Analyzer
 from appliance.flows import record_codec
-from tests.appliance.cluster.conftest import ROOT, RedisServer, pending, redis_totals
+from tests.appliance.cluster.conftest import ROOT, RedisServer, lone_analyzer, pending, redis_totals
 from tests.appliance.cluster.test_checkpoint import flow
-from tests.conftest import appliance_settings, start_appliance
+from tests.conftest import start_appliance
 from tests.polling import wait_for
 
 PARTITIONS = 2
 
 
 def test_an_analyzer_refuses_entries_it_cannot_read_and_goes_on(tmp_path: Path, redis_server: RedisServer) -> None:
-    (tmp_path / "signatures").mkdir()
-    settings = appliance_settings(tmp_path, cluster={"role": "analyzer", "redis_url": redis_server.url,
-                                                     "partitions": PARTITIONS, "node_id": "a1", "lease_seconds": 2})
-    client = redis_server.client()
-    bus.agree_on_layout(client, PARTITIONS)
-    bus.ensure_groups(client, PARTITIONS)
+    analyzer, client = lone_analyzer(tmp_path, redis_server, PARTITIONS)
     good = [flow(i, 10.0 + i, 0x22000001, 443, 1000) for i in range(5)]
     stream = bus.flows_key(0)
     for fields in ({"k": "F", "d": b"\xff" * 64, "n": 3},  # not protobuf
@@ -39,7 +33,6 @@ def test_an_analyzer_refuses_entries_it_cannot_read_and_goes_on(tmp_path: Path, 
                    {"k": "D", "d": b"\x0a\x03\xff\xff\xff", "n": 0},  # a broken DNS batch
                    {"k": "F", "d": record_codec.encode(good), "n": 5}):
         client.xadd(stream, fields)
-    analyzer = Analyzer(settings)
     analyzer.start()
     try:
         assert wait_for(lambda: analyzer.flows_analysed == 5, timeout=30)
