@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import datetime
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parent.parent / "var" / "bench"
+# pyperf's rule: rounds whose standard deviation is over a tenth of their mean say more about the machine
+# (another tenant of the host, a CPU taken away) than about the code, and their figure may not hold.
+UNSTABLE_SPREAD = 0.10
+
+
+def spread(rounds: list[float]) -> float:
+    """Standard deviation over mean of a bench's rounds (0.0 with fewer than two)."""
+    return statistics.stdev(rounds) / statistics.fmean(rounds) if len(rounds) > 1 and statistics.fmean(rounds) else 0.0
 
 
 def write_figures(name: str, lines: list[str], figures: dict[str, Any]) -> None:
