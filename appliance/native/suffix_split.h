@@ -12,13 +12,15 @@
  *     exact: every rule as the library stores it; exceptions: "x" for each "!x"; wildcards: "x" for each
  *     "*.x"; tails: every label-suffix of all of those; max_depth: the deepest rule's labels + 1.
  *     .split(name) -> (registered domain, its label left of the public suffix), or (name, its first label)
- *     when it has none; remembered in `memo` (cleared when it holds memo_size names).
+ *     when it has none; remembered in `memo` (cleared when it holds memo_size names). Names under one registered
+ *     domain share one tuple (an inner dict by registered domain, bounded the same way).
  */
 
 typedef struct {
     PyObject_HEAD
     PyObject *exact, *exceptions, *wildcards, *tails;  /* frozensets of str */
     PyObject *memo;                                    /* dict: name -> (registered, label) */
+    PyObject *pairs;                                   /* dict: registered -> its (registered, label), shared */
     Py_ssize_t max_depth, memo_size;
 } SuffixSplitterObject;
 
@@ -45,6 +47,10 @@ static PyObject *SuffixSplitter_new(PyTypeObject *type, PyObject *args, PyObject
     s->wildcards = Py_NewRef(sets[2]);
     s->tails = Py_NewRef(sets[3]);
     s->memo = Py_NewRef(memo);
+    if ((s->pairs = PyDict_New()) == NULL) {
+        Py_DECREF(s);
+        return NULL;
+    }
     s->max_depth = max_depth;
     s->memo_size = memo_size;
     return (PyObject *)s;
@@ -57,6 +63,7 @@ static int SuffixSplitter_traverse(SuffixSplitterObject *s, visitproc visit, voi
     Py_VISIT(s->wildcards);
     Py_VISIT(s->tails);
     Py_VISIT(s->memo);
+    Py_VISIT(s->pairs);
     return 0;
 }
 
@@ -67,6 +74,7 @@ static int SuffixSplitter_clear(SuffixSplitterObject *s)
     Py_CLEAR(s->wildcards);
     Py_CLEAR(s->tails);
     Py_CLEAR(s->memo);
+    Py_CLEAR(s->pairs);
     return 0;
 }
 
@@ -192,18 +200,37 @@ static PyObject *SuffixSplitter_split(SuffixSplitterObject *s, PyObject *name)
     PyObject *registered = PyUnicode_GET_LENGTH(name) ? sfx_private_suffix(s, name) : Py_NewRef(Py_None);
     if (registered == NULL)
         return NULL;
-    PyObject *whole = registered == Py_None ? name : registered, *label;
-    Py_ssize_t dot = PyUnicode_FindChar(whole, '.', 0, PyUnicode_GET_LENGTH(whole), 1);
-    if (dot == -2) {
+    /* Names under one registered domain (a tunnel's, a flood's: every name new) get its one pair: no label made
+     * again, and the callers' dict keys and comparisons meet the same string objects (hash kept, identity first). */
+    PyObject *result = registered != Py_None ? PyDict_GetItemWithError(s->pairs, registered) : NULL;
+    if (result != NULL) {
+        Py_INCREF(result);
         Py_DECREF(registered);
-        return NULL;
     }
-    label = dot >= 0 ? PyUnicode_Substring(whole, 0, dot) : Py_NewRef(whole);
-    PyObject *result = label ? PyTuple_Pack(2, whole, label) : NULL;
-    Py_XDECREF(label);
-    Py_DECREF(registered);
-    if (result == NULL)
-        return NULL;
+    else {
+        if (PyErr_Occurred()) {
+            Py_DECREF(registered);
+            return NULL;
+        }
+        PyObject *whole = registered == Py_None ? name : registered, *label;
+        Py_ssize_t dot = PyUnicode_FindChar(whole, '.', 0, PyUnicode_GET_LENGTH(whole), 1);
+        if (dot == -2) {
+            Py_DECREF(registered);
+            return NULL;
+        }
+        label = dot >= 0 ? PyUnicode_Substring(whole, 0, dot) : Py_NewRef(whole);
+        result = label ? PyTuple_Pack(2, whole, label) : NULL;
+        Py_XDECREF(label);
+        if (result != NULL && registered != Py_None) {
+            if (PyDict_GET_SIZE(s->pairs) >= s->memo_size)
+                PyDict_Clear(s->pairs);
+            if (PyDict_SetItem(s->pairs, registered, result) < 0)
+                Py_CLEAR(result);
+        }
+        Py_DECREF(registered);
+        if (result == NULL)
+            return NULL;
+    }
     if (PyDict_GET_SIZE(s->memo) >= s->memo_size)
         PyDict_Clear(s->memo);
     if (PyDict_SetItem(s->memo, name, result) < 0) {

@@ -51,3 +51,15 @@ def test_random_hostile_names_split_as_the_library_does() -> None:
 def test_split_refuses_what_is_not_a_str(domains: RegisteredDomains) -> None:
     with pytest.raises(TypeError):
         domains.split(b"example.com")  # type: ignore[arg-type]
+
+
+def test_names_under_one_registered_domain_share_its_pair() -> None:
+    """A tunnel's or a flood's names are all new: each gets the registered domain's one (registered, label) tuple,
+    so the DNS loops meet the same string objects (kept hashes, identity before comparison)."""
+    domains = RegisteredDomains(cache_size=4)
+    names = [f"q{i}.t.tunnel-example.net" for i in range(3)] + ["TUNNEL-example.net.", "tunnel-example.net"]
+    pairs = [domains.split(n) for n in names]
+    assert pairs[0] == ("tunnel-example.net", "tunnel-example")
+    assert all(p is pairs[0] for p in pairs)
+    assert domains.split("other.example.org") == ("example.org", "example")
+    assert domains.split("z.t.tunnel-example.net") == pairs[0]  # the memos cleared at 4 names: still the same answer
