@@ -46,11 +46,8 @@ typedef struct {
 /* Whether needle (lower case) occurs in the first n bytes of hay. */
 static int sigscan_contains(const char *hay, Py_ssize_t n, const char *needle, Py_ssize_t k)
 {
-    for (Py_ssize_t i = 0; i + k <= n; i++) {
-        if (memcmp(hay + i, needle, (size_t)k) == 0)
-            return 1;
-    }
-    return 0;
+    /* glibc's memmem (Python.h asks for _GNU_SOURCE): a memcmp at every offset was 1% of the attack scenarios. */
+    return k <= n && memmem(hay, (size_t)n, needle, (size_t)k) != NULL;
 }
 
 /* The rules among `wanted` whose name conditions certainly fail for qname, from the state's prefilters: each a
