@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import write_figures
+from bench import release_round, write_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = 5
@@ -154,8 +154,9 @@ def ingest_round(streams: list[tuple[str, list]], redis_url: str | None) -> floa
         app = build(parse_settings(base, "bench"))
         app.start()
         tune_garbage_collector()
+        channel = grpc.insecure_channel(f"127.0.0.1:{app.grpc_port}")
         try:
-            stub = sensor_pb2_grpc.SensorServiceStub(grpc.insecure_channel(f"127.0.0.1:{app.grpc_port}"))
+            stub = sensor_pb2_grpc.SensorServiceStub(channel)
             batches = [(agent, [sensor_pb2.PacketBatch(packets=p[i : i + 500]) for i in range(0, len(p), 500)])
                        for agent, p in streams]
             total = sum(len(p) for _, p in streams)
@@ -168,7 +169,9 @@ def ingest_round(streams: list[tuple[str, list]], redis_url: str | None) -> floa
                 assert app.analysis.flows_appended == app.tracker.flows_created and app.analysis.flows_dropped == 0
             return total / elapsed
         finally:
+            channel.close()
             app.stop()
+            release_round()
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import UNSTABLE_SPREAD, spread, write_figures
+from bench import UNSTABLE_SPREAD, release_round, spread, write_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUNDS = 5
@@ -114,6 +114,7 @@ def pipeline_rounds(flows: list) -> tuple[float, int, int]:
             rates.append(len(flows) / (time.perf_counter() - start))
             alerts, detections = app.pipeline.alerts_generated, app.pipeline.detections_generated
             app.detection.db.close()
+        release_round()
     return statistics.median(rates), alerts, detections
 
 
@@ -139,8 +140,9 @@ def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int
         before = os.sched_getaffinity(0)
         if server_cpus:
             cpus.pin_process(0, server_cpus)
+        channel = grpc.insecure_channel(f"127.0.0.1:{app.grpc_port}")
         try:
-            stub = sensor_pb2_grpc.SensorServiceStub(grpc.insecure_channel(f"127.0.0.1:{app.grpc_port}"))
+            stub = sensor_pb2_grpc.SensorServiceStub(channel)
             if worker == "process":  # started and ready, as a running appliance is
                 deadline = time.monotonic() + 60
                 while not app.analysis.status()["running"] and time.monotonic() < deadline:
@@ -159,7 +161,9 @@ def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int
                 rates.append(total / (time.perf_counter() - start))
             return rates[0], rates[1]
         finally:
+            channel.close()
             app.stop()
+            release_round()
             if server_cpus:
                 cpus.pin_process(0, before)
 
