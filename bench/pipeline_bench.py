@@ -118,14 +118,30 @@ def pipeline_rounds(flows: list) -> tuple[float, int, int]:
     return statistics.median(rates), alerts, detections
 
 
-def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int] | None = None) -> tuple[float, float]:
+def cpu_ms(pid: int) -> float:
+    """CPU time process `pid`'s threads have run so far, in ms (schedstat: nanoseconds, not clock ticks). On a guest that
+    reports no steal time, as this bench machine, a CPU the host takes away still counts here: the same pass's CPU time
+    rising says the host slowed it, not the code."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+        except FileNotFoundError:  # the thread ended
+            pass
+    return total / 1e6
+
+
+def e2e_round(streams: list[tuple[str, list]], worker: str,
+              server_cpus: set[int] | None = None) -> list[tuple[float, float, float]]:
     """Packets/s from the first batch until every flow of the corpus is analysed (`worker`: where
     analysis runs; "off" is ingestion alone, ended flows counted and forgotten), for two passes of the corpus
     through one appliance: the first pass of a new one (cold: both processes still grow their heaps, about 1,700
     page faults in the analysis process) and a second under other agent names (warm, as an appliance that has been
     running is, and as the appliance bench's rounds run on one appliance, a new agent each round). The analysis
     process is placed as `python -m appliance` places it (analysis.pin_cpus); `server_cpus` pins ingestion alone
-    to the CPUs the server keeps when it is."""
+    to the CPUs the server keeps when it is. Per pass: (packets/s, CPU ms of this process (the server and the bench's
+    client), CPU ms of the analysis process (0 without one))."""
     import grpc
 
     from appliance import cpus
@@ -150,16 +166,19 @@ def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int
             batches = [(agent, [sensor_pb2.PacketBatch(packets=p[i : i + 500]) for i in range(0, len(p), 500)])
                        for agent, p in streams]
             total = sum(len(p) for _, p in streams)
-            rates = []
+            child = app.analysis.status().get("pid", 0)
+            passes = []
             for suffix in ("", "-2"):  # the second pass: the same traffic from agents the appliance has not seen
                 time.sleep(0.2)  # what the last pass left (counters, the analysis process's report) settles
+                server_cpu, analysis_cpu = cpu_ms(os.getpid()), cpu_ms(child) if child else 0.0
                 start = time.perf_counter()
                 for agent, items in batches:
                     stub.StreamPacketBatches(iter(items), metadata=[("x-machine-id", agent + suffix)])
                 if not app.analysis.drain(120):
                     raise RuntimeError("analysis did not finish the corpus")
-                rates.append(total / (time.perf_counter() - start))
-            return rates[0], rates[1]
+                rate = total / (time.perf_counter() - start)
+                passes.append((rate, cpu_ms(os.getpid()) - server_cpu, cpu_ms(child) - analysis_cpu if child else 0.0))
+            return passes
         finally:
             channel.close()
             app.stop()
@@ -292,11 +311,14 @@ def main() -> None:
     kinds = {"off": ("off", None), "off_pinned": ("off", split[0] if split else None), "process": ("process", None),
              "thread": ("thread", None)}
     rates: dict[str, dict[str, list[float]]] = {"warm": {kind: [] for kind in kinds}, "cold": {kind: [] for kind in kinds}}
+    cpu: dict[str, dict[str, dict[str, list[float]]]] = {
+        state: {kind: {"server": [], "analysis": []} for kind in kinds} for state in ("cold", "warm")}
     for _ in range(E2E_ROUNDS):  # interleaved: a slow spell of the machine hits every kind alike
         for kind, (worker, pinned) in kinds.items():
-            cold, warm = e2e_round(streams, worker, pinned)
-            rates["cold"][kind].append(cold)
-            rates["warm"][kind].append(warm)
+            for state, (rate, server_cpu, analysis_cpu) in zip(("cold", "warm"), e2e_round(streams, worker, pinned)):
+                rates[state][kind].append(rate)
+                cpu[state][kind]["server"].append(server_cpu)
+                cpu[state][kind]["analysis"].append(analysis_cpu)
     e2e_lines = []
     e2e_figures: dict[str, dict] = {}
     for state, label in (("cold", "a new appliance (the first pass)"), ("warm", "a running appliance (the second pass)")):
@@ -315,12 +337,23 @@ def main() -> None:
             + (f" -- UNSTABLE: {baseline} or process over {UNSTABLE_SPREAD:.0%}, the host moved the ratio (compare with care)"
                if unstable else ""))
         print(e2e_lines[-1])
+        # The same work each round: CPU time that moves between rounds is the host's doing (see cpu_ms).
+        server_ms, analysis_ms = cpu[state][baseline]["server"], cpu[state]["process"]["analysis"]
+        with_ms = cpu[state]["process"]["server"]
+        e2e_lines.append(
+            f"  CPU time per pass, {label}, median (least-most) of {E2E_ROUNDS}: ingestion alone {statistics.median(server_ms):.0f} "
+            f"({min(server_ms):.0f}-{max(server_ms):.0f}) ms; with the analysis process, the server "
+            f"{statistics.median(with_ms):.0f} ({min(with_ms):.0f}-{max(with_ms):.0f}) ms and the analysis process "
+            f"{statistics.median(analysis_ms):.0f} ({min(analysis_ms):.0f}-{max(analysis_ms):.0f}) ms")
+        print(e2e_lines[-1])
         e2e_figures[state] = {
             "packets_per_s": {"ingestion_only": round(off), "ingestion_only_kernel_placed": round(e2e["off"]),
                               "ingestion_only_on_server_cpus": round(e2e["off_pinned"]), "with_analysis": round(on),
                               "with_analysis_thread": round(e2e["thread"])},
             "ratio": round(on / off, 3), "rounds": {k: [round(v) for v in r] for k, r in rates[state].items()},
-            "spread": {k: round(v, 3) for k, v in spreads.items()}, "unstable": unstable}
+            "spread": {k: round(v, 3) for k, v in spreads.items()}, "unstable": unstable,
+            "cpu_ms": {k: {part: [round(v, 1) for v in values] for part, values in parts.items()}
+                       for k, parts in cpu[state].items()}}
     figures = {"packets": packets, "flows": len(flows), "pipeline_flows_per_s": round(rate),
                "pipeline_us_per_flow": round(1e6 / rate, 2), "detections": detections, "alerts": alerts,
                "tls_us_per_flow": {k: round(v, 2) for k, v in tls.items()},
