@@ -71,6 +71,44 @@ class StatusProbe:
         assert self.slowest < STATUS_DEADLINE_S, f"/api/status took {self.slowest:.2f} s"
 
 
+def _stream_batches(target: str, creds: tuple[bytes, bytes, bytes] | None, batches: list[bytes],
+                    metadata: list[tuple[str, str]], timeout: float) -> tuple[int, int]:
+    """In the attacker process: one StreamPacketBatches call with these serialized batches."""
+    import grpc
+
+    from appliance.generated import sensor_pb2, sensor_pb2_grpc
+
+    if creds is None:
+        channel = grpc.insecure_channel(target)
+    else:
+        ca_pem, key_pem, cert_pem = creds
+        channel = grpc.secure_channel(target, grpc.ssl_channel_credentials(ca_pem, key_pem, cert_pem),
+                                      options=[("grpc.ssl_target_name_override", "localhost")])
+    with channel:
+        stub = sensor_pb2_grpc.SensorServiceStub(channel)
+        reply = stub.StreamPacketBatches((sensor_pb2.PacketBatch.FromString(b) for b in batches), metadata=metadata,
+                                         timeout=timeout)
+    return reply.packets_received, reply.packets_rejected
+
+
+def stream_from_attacker_process(appliance: RunningAppliance, batches: list[Any], metadata: list[tuple[str, str]],
+                                 timeout: float = 120) -> tuple[int, int]:
+    """Stream `batches` (PacketBatch messages) to the appliance from a process of its own, as an agent does, with a
+    fresh agent certificate; returns the reply's (packets_received, packets_rejected). In the test's interpreter the
+    client's serialization would share the server's lock, and the probe would time the attacker's work too."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    app = appliance.app
+    creds = None
+    if app.settings.grpc.tls:
+        issued = app.ca.issue_agent("sensor-agent-test00")
+        creds = (app.ca.ca_pem, issued.key_pem, issued.cert_pem)
+    wire_batches = [b.SerializeToString() for b in batches]
+    with ProcessPoolExecutor(1, mp_context=_SPAWN) as attacker:
+        return attacker.submit(_stream_batches, f"127.0.0.1:{app.grpc_port}", creds, wire_batches, metadata,
+                               timeout).result(timeout=timeout + 30)
+
+
 @contextmanager
 def status_probe(appliance: RunningAppliance) -> Iterator[StatusProbe]:
     """Run a StatusProbe for the duration of the block, then check it held."""
