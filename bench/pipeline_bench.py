@@ -316,8 +316,8 @@ def main() -> None:
         state: {kind: {"server": [], "analysis": []} for kind in kinds} for state in ("cold", "warm")}
     for _ in range(E2E_ROUNDS):  # interleaved: a slow spell of the machine hits every kind alike
         for kind, (worker, pinned) in kinds.items():
-            for state, (rate, server_cpu, analysis_cpu) in zip(("cold", "warm"), e2e_round(streams, worker, pinned)):
-                rates[state][kind].append(rate)
+            for state, (pass_rate, server_cpu, analysis_cpu) in zip(("cold", "warm"), e2e_round(streams, worker, pinned)):
+                rates[state][kind].append(pass_rate)
                 cpu[state][kind]["server"].append(server_cpu)
                 cpu[state][kind]["analysis"].append(analysis_cpu)
     e2e_lines = []
