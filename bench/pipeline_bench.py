@@ -137,9 +137,8 @@ def e2e_round(streams: list[tuple[str, list]], worker: str,
               server_cpus: set[int] | None = None) -> list[tuple[float, float, float]]:
     """Packets/s from the first batch until every flow of the corpus is analysed (`worker`: where
     analysis runs; "off" is ingestion alone, ended flows counted and forgotten), for two passes of the corpus
-    through one appliance: the first pass of a new one (cold: the analysis process meets every name, domain and
-    certificate for the first time; both passes grow its heap alike, with the state of their new
-    agents: README, "Figures") and a second under other agent names (warm, as an appliance that has been
+    through one appliance: the first pass of a new one (cold: it costs the analysis process more CPU than the second,
+    see README, "Figures") and a second under other agent names (warm, as an appliance that has been
     running is, and as the appliance bench's rounds run on one appliance, a new agent each round). The analysis
     process is placed as `python -m appliance` places it (analysis.pin_cpus); `server_cpus` pins ingestion alone
     to the CPUs the server keeps when it is. Per pass: (packets/s, CPU ms of this process (the server and the bench's
