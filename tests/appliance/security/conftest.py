@@ -7,6 +7,7 @@ would wait for the same lock as the server under attack, and it would time that 
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import ssl
 import time
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ def _probe(base: str, ca_file: str | None, interval: float, ready: Any, stop: An
             status, body = rest.get("/api/status", token=None)
             if status != 200 or body.get("status") != "Running":
                 failures.append(f"status {status}: {body!r}"[:200])
-        except OSError as err:
+        except Exception as err:  # noqa: BLE001 -- every failure is the probe's finding, reported, never its end
             failures.append(f"{type(err).__name__}: {err}"[:200])
         slowest = max(slowest, time.monotonic() - started)
         answers += 1
@@ -62,7 +63,10 @@ class StatusProbe:
     def finish(self) -> None:
         """Stop the probe (after at least 3 answers) and collect what it saw."""
         self._stop.set()
-        self.answers, self.failures, self.slowest = self._report.get(timeout=30)
+        try:
+            self.answers, self.failures, self.slowest = self._report.get(timeout=30)
+        except queue.Empty:
+            self.failures = [f"the status probe ended without a report (exit code {self._process.exitcode})"]
         self._process.join(timeout=10)
 
     def check(self) -> None:
