@@ -10,7 +10,8 @@ import multiprocessing
 import queue
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -75,6 +76,13 @@ class StatusProbe:
         assert self.slowest < STATUS_DEADLINE_S, f"/api/status took {self.slowest:.2f} s"
 
 
+def in_attacker_process(fn: Callable[..., Any], *args: Any, timeout: float = 90) -> Any:
+    """Run fn(*args) in a process of its own, as a real attacker is (spawned: this one already holds gRPC threads),
+    and return its result. `fn` and its arguments must pickle."""
+    with ProcessPoolExecutor(1, mp_context=_SPAWN) as attacker:
+        return attacker.submit(fn, *args).result(timeout=timeout)
+
+
 def _stream_batches(target: str, creds: tuple[bytes, bytes, bytes] | None, batches: list[bytes],
                     metadata: list[tuple[str, str]], timeout: float) -> tuple[int, int]:
     """In the attacker process: one StreamPacketBatches call with these serialized batches."""
@@ -100,17 +108,14 @@ def stream_from_attacker_process(appliance: RunningAppliance, batches: list[Any]
     """Stream `batches` (PacketBatch messages) to the appliance from a process of its own, as an agent does, with a
     fresh agent certificate; returns the reply's (packets_received, packets_rejected). In the test's interpreter the
     client's serialization would share the server's lock, and the probe would time the attacker's work too."""
-    from concurrent.futures import ProcessPoolExecutor
-
     app = appliance.app
     creds = None
     if app.settings.grpc.tls:
         issued = app.ca.issue_agent("sensor-agent-test00")
         creds = (app.ca.ca_pem, issued.key_pem, issued.cert_pem)
     wire_batches = [b.SerializeToString() for b in batches]
-    with ProcessPoolExecutor(1, mp_context=_SPAWN) as attacker:
-        return attacker.submit(_stream_batches, f"127.0.0.1:{app.grpc_port}", creds, wire_batches, metadata,
-                               timeout).result(timeout=timeout + 30)
+    return in_attacker_process(_stream_batches, f"127.0.0.1:{app.grpc_port}", creds, wire_batches, metadata, timeout,
+                               timeout=timeout + 30)
 
 
 @contextmanager

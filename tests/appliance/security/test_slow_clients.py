@@ -14,13 +14,11 @@ attacker's CPU, not the server's answer.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import ssl
-from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from tests.appliance.security.conftest import status_probe
+from tests.appliance.security.conftest import in_attacker_process, status_probe
 from tests.conftest import start_appliance
 
 CLIENTS = 200
@@ -119,16 +117,10 @@ def _hold(port: int, ca_file: str, n: int) -> int:
     return asyncio.run(hold())
 
 
-def _in_attacker_process(fn, *args):
-    """Run fn(*args) in a new process (spawned: this one already holds gRPC threads) and return its result."""
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as attacker:
-        return attacker.submit(fn, *args).result(timeout=90)
-
-
 def test_200_slow_clients_do_not_stop_the_api_and_are_cut_at_their_deadlines(slow_limited):
     app = slow_limited.app
     with status_probe(slow_limited):
-        results = _in_attacker_process(_attack, app.rest_port, str(app.ca.ca_cert_path), 6.0)
+        results = in_attacker_process(_attack, app.rest_port, str(app.ca.ca_cert_path), 6.0)
     assert len(results) == CLIENTS
     head_replies = [r for i, r in enumerate(results) if i % 3 == 0]
     body_replies = [r for i, r in enumerate(results) if i % 3 == 2]
@@ -148,6 +140,6 @@ def test_connections_beyond_the_per_source_cap_are_refused_and_counted(slow_limi
     app = slow_limited.app
     cap = app.settings.rest.max_connections_per_source
     with status_probe(slow_limited):  # from 127.0.0.1: another source, still served
-        held = _in_attacker_process(_hold, app.rest_port, str(app.ca.ca_cert_path), cap + 40)
+        held = in_attacker_process(_hold, app.rest_port, str(app.ca.ca_cert_path), cap + 40)
     assert held <= cap
     assert slow_limited.rest.get("/api/v1/metrics")[1]["rest_connections"]["refused_per_source_cap"] >= 40
