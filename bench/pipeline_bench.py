@@ -121,8 +121,7 @@ def pipeline_rounds(flows: list) -> tuple[float, int, int]:
 def cpu_ms(pid: int) -> float:
     """CPU time process `pid`'s threads have run so far, in ms (schedstat: nanoseconds, not clock ticks). On a guest that
     reports little steal time, as this bench machine (README, "Figures"), a CPU the host slows or takes away still
-    counts here: the same pass's CPU time
-    rising says the host slowed it, not the code."""
+    counts here: the same pass's CPU time rising says the host slowed it, not the code."""
     total = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
