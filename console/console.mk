@@ -1,6 +1,7 @@
 # The analyst console's web app (console/): `make console` installs the pinned npm packages (npm ci, from
 # package-lock.json) and builds console/dist with vite, only when the sources changed. Included from the
-# Makefile; `make run` and `make test` depend on it (the dashboard serves console/dist; the tests drive it).
+# Makefile; `make run`, `make test` and `make bench` depend on it (the dashboard serves console/dist; the tests drive
+# it; the console bench weighs its bundle).
 CONSOLE_DIR := console
 CONSOLE_NPM_STAMP := $(CONSOLE_DIR)/node_modules/.installed
 CONSOLE_DIST := $(CONSOLE_DIR)/dist/index.html
@@ -28,6 +29,7 @@ console-test: $(CONSOLE_NPM_STAMP)
 
 run: $(CONSOLE_DIST)
 test: $(CONSOLE_DIST)
+bench: $(CONSOLE_DIST)
 
 .PHONY: console-clean
 console-clean:
