@@ -470,7 +470,7 @@ def build(settings: Settings) -> Appliance:
 # Collector thresholds of the server process. Every packet a flow keeps (payload samples, DNS
 # messages) allocates a few tracked objects, and with CPython's default first-generation threshold
 # (700) the collector ran every few hundred kept packets, scanning the live flow records each time:
-# it cost a third of the batched ingestion rate (README, "Figures"). At 50,000 it runs a few times a
+# it cost a third of the batched ingestion rate (docs/figures.md). At 50,000 it runs a few times a
 # second under full load; the older generations keep the default ratios. Objects alive after
 # start-up (modules, rules, models) are frozen out of the scans.
 GC_THRESHOLDS = (50_000, 10, 10)

@@ -123,7 +123,7 @@ def pipeline_rounds(flows: list) -> tuple[float, int, int]:
 
 def cpu_ms(pid: int) -> float:
     """CPU time process `pid`'s threads have run so far, in ms (schedstat: nanoseconds, not clock ticks). On a guest that
-    reports little steal time, as this bench machine (README, "Figures"), a CPU the host slows or takes away still
+    reports little steal time, as this bench machine (docs/figures.md), a CPU the host slows or takes away still
     counts here: the same pass's CPU time rising says the host slowed it, not the code."""
     total = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -159,7 +159,7 @@ def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int
     """Packets/s from the first batch until every flow of the corpus is analysed (`worker`: where
     analysis runs; "off" is ingestion alone, ended flows counted and forgotten), for two passes of the corpus
     through one appliance: the first pass of a new one (cold: it costs the analysis process more CPU than the second,
-    see README, "Figures") and a second under other agent names (warm, as an appliance that has been
+    see docs/figures.md) and a second under other agent names (warm, as an appliance that has been
     running is, and as the appliance bench's rounds run on one appliance, a new agent each round). The analysis
     process is placed as `python -m appliance` places it (analysis.pin_cpus); `server_cpus` pins ingestion alone
     to the CPUs the server keeps when it is; `neighbour_cpus` runs a CPU-bound neighbour there through both passes
