@@ -155,7 +155,7 @@ def start_neighbour(cpus: set[int], nice: int) -> subprocess.Popen[bytes]:
 
 
 def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int] | None = None,
-              neighbour_cpus: set[int] | None = None) -> list[tuple[float, float, float]]:
+              neighbour_cpus: set[int] | None = None) -> list[tuple[float, float, float, float]]:
     """Packets/s from the first batch until every flow of the corpus is analysed (`worker`: where
     analysis runs; "off" is ingestion alone, ended flows counted and forgotten), for two passes of the corpus
     through one appliance: the first pass of a new one (cold: it costs the analysis process more CPU than the second,
@@ -164,7 +164,7 @@ def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int
     process is placed as `python -m appliance` places it (analysis.pin_cpus); `server_cpus` pins ingestion alone
     to the CPUs the server keeps when it is; `neighbour_cpus` runs a CPU-bound neighbour there through both passes
     (`start_neighbour`). Per pass: (packets/s, CPU ms of this process (the server and the bench's client), CPU ms of
-    the analysis process (0 without one))."""
+    the analysis process (0 without one), the tail: ms from the end of the last stream until every flow is analysed)."""
     import grpc
 
     from appliance import cpus
@@ -198,10 +198,12 @@ def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int
                 start = time.perf_counter()
                 for agent, items in batches:
                     stub.StreamPacketBatches(iter(items), metadata=[("x-machine-id", agent + suffix)])
+                streamed = time.perf_counter()
                 if not app.analysis.drain(120):
                     raise RuntimeError("analysis did not finish the corpus")
-                rate = total / (time.perf_counter() - start)
-                passes.append((rate, cpu_ms(os.getpid()) - server_cpu, cpu_ms(child) - analysis_cpu if child else 0.0))
+                end = time.perf_counter()
+                passes.append((total / (end - start), cpu_ms(os.getpid()) - server_cpu,
+                               cpu_ms(child) - analysis_cpu if child else 0.0, (end - streamed) * 1e3))
             return passes
         finally:
             if neighbour is not None:
@@ -343,11 +345,13 @@ def main() -> None:
     rates: dict[str, dict[str, list[float]]] = {"warm": {kind: [] for kind in kinds}, "cold": {kind: [] for kind in kinds}}
     cpu: dict[str, dict[str, dict[str, list[float]]]] = {
         state: {kind: {"server": [], "analysis": []} for kind in kinds} for state in ("cold", "warm")}
+    tails: dict[str, dict[str, list[float]]] = {state: {kind: [] for kind in kinds} for state in ("cold", "warm")}
     for _ in range(E2E_ROUNDS):  # interleaved: a slow spell of the machine hits every kind alike
         for kind, (worker, pinned, neighbour) in kinds.items():
-            for state, (pass_rate, server_cpu, analysis_cpu) in zip(("cold", "warm"),
-                                                                     e2e_round(streams, worker, pinned, neighbour)):
+            for state, (pass_rate, server_cpu, analysis_cpu, tail_ms) in zip(
+                    ("cold", "warm"), e2e_round(streams, worker, pinned, neighbour)):
                 rates[state][kind].append(pass_rate)
+                tails[state][kind].append(tail_ms)
                 cpu[state][kind]["server"].append(server_cpu)
                 cpu[state][kind]["analysis"].append(analysis_cpu)
     e2e_lines = []
@@ -383,6 +387,12 @@ def main() -> None:
             + "; with the analysis process, the server "
             f"{statistics.median(with_ms):.0f} ({min(with_ms):.0f}-{max(with_ms):.0f}) ms and the analysis process "
             f"{statistics.median(analysis_ms):.0f} ({min(analysis_ms):.0f}-{max(analysis_ms):.0f}) ms")
+        # What analysis adds after ingestion has finished (ingestion alone: only the drain's round trip).
+        tail_ms = tails[state]["process"]
+        e2e_lines.append(
+            f"  the tail, from the end of the last stream until every flow is analysed, median (least-most) of {E2E_ROUNDS}: "
+            f"with the analysis process {statistics.median(tail_ms):.1f} ({min(tail_ms):.1f}-{max(tail_ms):.1f}) ms of a "
+            f"{packets / on * 1e3:.0f} ms pass; ingestion alone {statistics.median(tails[state][baseline]):.1f} ms")
         print(e2e_lines[-1])
         e2e_figures[state] = {
             "packets_per_s": {"ingestion_only": round(off), "ingestion_only_kernel_placed": round(e2e["off"]),
@@ -395,7 +405,8 @@ def main() -> None:
             "ratio_to_neighbour": round(on / e2e["off_neighbour"], 3) if "off_neighbour" in e2e else None, "rounds": {k: [round(v) for v in r] for k, r in rates[state].items()},
             "spread": {k: round(v, 3) for k, v in spreads.items()}, "unstable": unstable,
             "cpu_ms": {k: {part: [round(v, 1) for v in values] for part, values in parts.items()}
-                       for k, parts in cpu[state].items()}}
+                       for k, parts in cpu[state].items()},
+            "tail_ms": {k: [round(v, 2) for v in values] for k, values in tails[state].items()}}
     figures = {"packets": packets, "flows": len(flows), "pipeline_flows_per_s": round(rate),
                "pipeline_us_per_flow": round(1e6 / rate, 2), "detections": detections, "alerts": alerts,
                "tls_us_per_flow": {k: round(v, 2) for k, v in tls.items()},
