@@ -204,6 +204,8 @@ def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int
                 end = time.perf_counter()
                 passes.append((total / (end - start), cpu_ms(os.getpid()) - server_cpu,
                                cpu_ms(child) - analysis_cpu if child else 0.0, (end - streamed) * 1e3))
+            if neighbour is not None and neighbour.poll() is not None:  # it runs until killed
+                raise RuntimeError(f"the CPU-bound neighbour exited with {neighbour.returncode} during the passes")
             return passes
         finally:
             if neighbour is not None:
@@ -387,6 +389,7 @@ def main() -> None:
             + "; with the analysis process, the server "
             f"{statistics.median(with_ms):.0f} ({min(with_ms):.0f}-{max(with_ms):.0f}) ms and the analysis process "
             f"{statistics.median(analysis_ms):.0f} ({min(analysis_ms):.0f}-{max(analysis_ms):.0f}) ms")
+        print(e2e_lines[-1])
         # What analysis adds after ingestion has finished (ingestion alone: only the drain's round trip).
         tail_ms = tails[state]["process"]
         e2e_lines.append(
@@ -402,7 +405,8 @@ def main() -> None:
             "ratio": round(on / off, 3),
             # What a busy second CPU leaves ingestion alone (the ratio's ceiling), and analysis against that.
             "ceiling": round(e2e["off_neighbour"] / off, 3) if "off_neighbour" in e2e else None,
-            "ratio_to_neighbour": round(on / e2e["off_neighbour"], 3) if "off_neighbour" in e2e else None, "rounds": {k: [round(v) for v in r] for k, r in rates[state].items()},
+            "ratio_to_neighbour": round(on / e2e["off_neighbour"], 3) if "off_neighbour" in e2e else None,
+            "rounds": {k: [round(v) for v in r] for k, r in rates[state].items()},
             "spread": {k: round(v, 3) for k, v in spreads.items()}, "unstable": unstable,
             "cpu_ms": {k: {part: [round(v, 1) for v in values] for part, values in parts.items()}
                        for k, parts in cpu[state].items()},
