@@ -180,8 +180,10 @@ def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int
         if server_cpus:
             cpus.pin_process(0, server_cpus)
         channel = grpc.insecure_channel(f"127.0.0.1:{app.grpc_port}")
-        neighbour = start_neighbour(neighbour_cpus, app.settings.analysis.nice) if neighbour_cpus else None
+        neighbour = None
         try:
+            if neighbour_cpus:
+                neighbour = start_neighbour(neighbour_cpus, app.settings.analysis.nice)
             stub = sensor_pb2_grpc.SensorServiceStub(channel)
             if worker == "process":  # started and ready, as a running appliance is
                 deadline = time.monotonic() + 60
@@ -362,6 +364,7 @@ def main() -> None:
         e2e = {kind: statistics.median(r) for kind, r in rates[state].items()}
         # Ingestion alone at its best: pinned to the server's CPUs it ran faster on the 2-core bench machine.
         off, on = max(e2e["off"], e2e["off_pinned"]), e2e["process"]
+        beside = e2e.get("off_neighbour")  # None with one CPU: no other CPU to be busy on
         spreads = {kind: spread(r) for kind, r in rates[state].items()}
         baseline = "off" if e2e["off"] >= e2e["off_pinned"] else "off_pinned"
         unstable = max(spreads[baseline], spreads["process"]) > UNSTABLE_SPREAD  # the two the ratio is made of
@@ -370,9 +373,8 @@ def main() -> None:
             f"(kernel-placed {e2e['off']:,.0f}, on the server's CPUs {e2e['off_pinned']:,.0f}), with the analysis process "
             f"{on:,.0f} (ratio {on / off:.2f}), analysis on a thread of the server {e2e['thread']:,.0f} "
             f"(ratio {e2e['thread'] / off:.2f}); "
-            + (f"ingestion alone with a CPU-bound neighbour on the analysis CPU {e2e['off_neighbour']:,.0f} (the host's "
-               f"ceiling for the ratio {e2e['off_neighbour'] / off:.2f}; the analysis process against it "
-               f"{on / e2e['off_neighbour']:.2f}); " if "off_neighbour" in e2e else "")
+            + (f"ingestion alone with a CPU-bound neighbour on the analysis CPU {beside:,.0f} (the host's ceiling for "
+               f"the ratio {beside / off:.2f}; the analysis process against it {on / beside:.2f}); " if beside else "")
             + f"median of {E2E_ROUNDS}; rounds' spread (std dev / mean) "
             + ", ".join(f"{kind} {v:.0%}" for kind, v in spreads.items())
             + (f" -- UNSTABLE: {baseline} or process over {UNSTABLE_SPREAD:.0%}, the host moved the ratio (compare with care)"
@@ -381,11 +383,12 @@ def main() -> None:
         # The same work each round: CPU time that moves between rounds is the host's doing (see cpu_ms).
         server_ms, analysis_ms = cpu[state][baseline]["server"], cpu[state]["process"]["analysis"]
         with_ms = cpu[state]["process"]["server"]
+        beside_ms = cpu[state]["off_neighbour"]["server"] if beside else []
         e2e_lines.append(
             f"  CPU time per pass, {label}, median (least-most) of {E2E_ROUNDS}: ingestion alone {statistics.median(server_ms):.0f} "
             f"({min(server_ms):.0f}-{max(server_ms):.0f}) ms"
-            + ("".join(f", beside the neighbour {statistics.median(ms):.0f} ({min(ms):.0f}-{max(ms):.0f}) ms"
-                       for ms in [cpu[state]["off_neighbour"]["server"]]) if "off_neighbour" in cpu[state] else "")
+            + (f", beside the neighbour {statistics.median(beside_ms):.0f} ({min(beside_ms):.0f}-{max(beside_ms):.0f}) ms"
+               if beside_ms else "")
             + "; with the analysis process, the server "
             f"{statistics.median(with_ms):.0f} ({min(with_ms):.0f}-{max(with_ms):.0f}) ms and the analysis process "
             f"{statistics.median(analysis_ms):.0f} ({min(analysis_ms):.0f}-{max(analysis_ms):.0f}) ms")
@@ -401,11 +404,11 @@ def main() -> None:
             "packets_per_s": {"ingestion_only": round(off), "ingestion_only_kernel_placed": round(e2e["off"]),
                               "ingestion_only_on_server_cpus": round(e2e["off_pinned"]), "with_analysis": round(on),
                               "with_analysis_thread": round(e2e["thread"]),
-                              "ingestion_only_with_neighbour": round(e2e.get("off_neighbour", 0))},
+                              "ingestion_only_with_neighbour": round(beside) if beside else None},
             "ratio": round(on / off, 3),
             # What a busy second CPU leaves ingestion alone (the ratio's ceiling), and analysis against that.
-            "ceiling": round(e2e["off_neighbour"] / off, 3) if "off_neighbour" in e2e else None,
-            "ratio_to_neighbour": round(on / e2e["off_neighbour"], 3) if "off_neighbour" in e2e else None,
+            "ceiling": round(beside / off, 3) if beside else None,
+            "ratio_to_neighbour": round(on / beside, 3) if beside else None,
             "rounds": {k: [round(v) for v in r] for k, r in rates[state].items()},
             "spread": {k: round(v, 3) for k, v in spreads.items()}, "unstable": unstable,
             "cpu_ms": {k: {part: [round(v, 1) for v in values] for part, values in parts.items()}
