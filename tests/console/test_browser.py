@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
+import signal
 
 import pytest
 
 from tests.appliance.detection import scenarios as sc
+from tests.appliance.detection.conftest import start_detecting
 from appliance.config import parse_settings
 from appliance.dashboard.app import build
 from tests.conftest import appliance_settings
@@ -295,3 +298,44 @@ def test_polling_resumes_by_itself_when_the_appliance_api_comes_back(page, stack
     finally:
         dashboard.stop()
         relay.stop()
+
+
+def test_the_overview_says_where_analysis_runs_and_counts_a_crash_of_the_analysis_process(page, stack: Stack,
+                                                                                        tmp_path, monkeypatch) -> None:
+    """The overview's analysis panel: the shared stack analyses on a thread of the server (its tests reach into the
+    layers); an appliance of its own runs the analysis process, as `make run` does. That process killed with
+    SIGKILL is restarted by the server, and the panel says the crash happened (it counts since start: flows may
+    have gone unanalysed) until the appliance restarts, while the new process runs."""
+    sign_in(page, stack)
+    page.get_by_test_id("analysis-state").filter(has_text="Running").wait_for()
+    assert "on a thread of the server" in page.get_by_test_id("analysis").inner_text()
+    assert page.locator(".analysis-ok").count() == 1
+
+    monkeypatch.delenv("SENSOR_ADMIN_TOKEN", raising=False)
+    running = start_detecting(tmp_path, analysis={"worker": "process"})
+    dashboard = None
+    try:
+        data = appliance_settings(tmp_path, analysis={"worker": "process"}).model_dump(mode="json")
+        data["dashboard"].update({"listen": "127.0.0.1:0", "api_url": f"https://localhost:{running.app.rest_port}",
+                                  "dist_dir": str(DIST), "threads": 4})
+        dashboard = build(parse_settings(data, "test"))
+        dashboard.start()
+        own = Stack(running, dashboard, f"https://localhost:{dashboard.port}", dashboard.first_admin_password or "")
+        page.context.clear_cookies()
+        sign_in(page, own)
+        panel = page.get_by_test_id("analysis")
+        page.get_by_test_id("analysis-state").filter(has_text="Running").wait_for(timeout=30_000)
+        assert "in the analysis process" in panel.inner_text()
+        pid = wait_for(lambda: (w := running.rest.get("/api/v1/metrics")[1]["analysis_worker"])["running"] and w["pid"])
+        os.kill(pid, signal.SIGKILL)
+        page.locator(".analysis-warn").wait_for(timeout=30_000)
+        page.get_by_test_id("analysis-details").filter(has_text="restarted 1 time since start").wait_for(timeout=30_000)
+        page.get_by_test_id("analysis-state").filter(has_text="Running").wait_for(timeout=60_000)
+        restarted = running.rest.get("/api/v1/metrics")[1]["analysis_worker"]
+        assert restarted["restarts"] == 1 and restarted["pid"] not in (0, pid)
+        assert axe_violations(page) == []
+        page.screenshot(path=str(ARTIFACTS / "overview-analysis-restarted.png"), full_page=True)
+    finally:
+        if dashboard is not None:
+            dashboard.stop()
+        running.app.stop()

@@ -13,7 +13,8 @@ def test_console_store_unit_tests_pass() -> None:
     assert shutil.which("node"), "node is not installed: the console needs Node >= 20.19"
     assert (CONSOLE / "node_modules" / "tsx").is_dir(), "console/node_modules is missing: run `make console`"
     tests = sorted(str(p.relative_to(CONSOLE)) for p in (CONSOLE / "test").glob("*.test.ts"))
-    assert {Path(t).name for t in tests} >= {"metrics.test.ts", "threats.test.ts", "capture.test.ts", "config.test.ts"}
+    assert {Path(t).name for t in tests} >= {"metrics.test.ts", "threats.test.ts", "capture.test.ts", "config.test.ts",
+                                             "analysis.test.ts"}
     run = subprocess.run(["node", "--import", "tsx", "--test", *tests], cwd=CONSOLE, capture_output=True,
                          text=True, timeout=120)
     summary = [line for line in run.stdout.splitlines() if line.startswith("# ")]

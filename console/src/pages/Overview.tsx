@@ -1,11 +1,12 @@
-// Live packets/s and bytes/s (the 60-point metrics store), the 120-point server history, alerts by severity,
-// agents online, top talkers.
+// Live packets/s and bytes/s (the 60-point metrics store), whether analysis keeps up, the 120-point server history,
+// alerts by severity, agents online, top talkers.
 import { useEffect, useState } from "preact/hooks";
 import type { PageProps } from "../context.ts";
 import type { Flow, MetricsHistoryReply } from "../api/client.ts";
 import { Chart } from "../components/Chart.tsx";
 import { ErrorNote, Page, fmtBytes, fmtNumber, usePoll } from "../components/ui.tsx";
 import { SEVERITIES } from "../stores/threats.ts";
+import { analysisHealth } from "../stores/analysis.ts";
 
 interface Talker { key: string; agent: string; remote: string; bytes: number; flows: number }
 
@@ -48,6 +49,7 @@ export function Overview({ ctx }: PageProps) {
   const raw = metrics.raw.value;
   const entries = history?.entries ?? [];
   const counts = threats.severityCounts.value;
+  const analysis = analysisHealth(raw);
   return (
     <Page title="Overview">
       {metrics.error.value && <div class="error" role="alert">Live metrics: {metrics.error.value} (retrying every second)</div>}
@@ -59,6 +61,14 @@ export function Overview({ ctx }: PageProps) {
         <div class="card"><h2>Active alerts</h2><p class="big">{snap.activeThreats}</p></div>
         <div class="card"><h2>Agents online</h2><p class="big">{typeof raw?.agents_online === "number" ? raw.agents_online : "—"}</p></div>
       </div>
+      <section class={`panel analysis analysis-${analysis.level}`} aria-labelledby="analysis-title" data-testid="analysis">
+        <h2 id="analysis-title">Analysis</h2>
+        <p><strong data-testid="analysis-state">{analysis.headline}</strong>
+          {analysis.where && <span class="muted"> — {analysis.where}</span>}</p>
+        {analysis.details.length > 0 && (
+          <ul data-testid="analysis-details">{analysis.details.map((d) => <li key={d}>{d}</li>)}</ul>
+        )}
+      </section>
       <div class="grid2">
         <Chart title="Live packets/s (last 60 s)" times={live.map((p) => p.timestamp / 1000)}
                series={[{ label: "packets/s", color: "#5fb3f9", values: live.map((p) => p.packetsPerSecond) }]} />
