@@ -381,6 +381,7 @@ def build(settings: Settings) -> Appliance:
         "flows_evicted_agent_cap": lambda: tracker.flows_evicted_agent_cap,
         "flows_refused_bucket": lambda: tracker.flows_refused_bucket,
         "analysis_queue_depth": lambda: analysis.queue_depth,
+        "analysis_queue_oldest_s": lambda: round(analysis.oldest_wait_s, 3),
         "analysis_queue_dropped": lambda: analysis.flows_dropped,
         "analysis_dropped_by_agent": lambda: dict(analysis.dropped_by_agent),
         "analysis_errors": lambda: analysis.counter("analysis_errors"),

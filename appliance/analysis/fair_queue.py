@@ -8,6 +8,7 @@ therefore costs that agent's flows, not the others'. Drops are counted, never si
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable
 from itertools import groupby
@@ -20,6 +21,7 @@ from appliance.model import DnsMessage, FlowRecord
 # lock once per flow.
 PER_AGENT_ROUND = 16
 _agent_of = attrgetter("agent_id")
+_now = time.monotonic  # when a run of flows came (a module name: the tests set the clock)
 
 
 class FairQueue:
@@ -31,7 +33,8 @@ class FairQueue:
 
     An agent's line holds the runs of flows it was handed (one ingest call's ended flows, ~20), not single
     flows: joining and leaving the queue cost a few list operations per run instead of a deque push and pop
-    per flow, which were most of the queue's cost on the ingest and sending threads.
+    per flow, which were most of the queue's cost on the ingest and sending threads. Each run's arrival time
+    (monotonic) is kept beside it, so `oldest_wait()` says how long the oldest flow waiting has waited.
     """
 
     def __init__(self, size: int, on_drop: Callable[[str, int], None] | None = None, wake_at: int = 1) -> None:
@@ -41,6 +44,7 @@ class FairQueue:
         # not at every put, which cost a wake-up and interpreter-lock hand-offs per ended flow batch.
         self.wake_at = wake_at
         self._lines: dict[str, deque[list[FlowRecord]]] = {}  # agent -> its runs of flows, oldest first
+        self._since: dict[str, deque[float]] = {}  # agent -> when each of its runs came (time.monotonic), as _lines
         self._held: dict[str, int] = {}  # agent -> flows in its line
         self._depth = 0
         self._busy = 0
@@ -58,15 +62,17 @@ class FairQueue:
             if before + self._busy + len(flows) <= self.size:
                 # Room for all (nearly always): each agent's run joins its line at once (the flows of one
                 # ended-flow batch are mostly one agent's).
-                lines, held = self._lines, self._held
+                lines, held, since, now = self._lines, self._held, self._since, _now()
                 for agent_id, group in groupby(flows, _agent_of):
                     run = list(group)
                     line = lines.get(agent_id)
                     if line is None:
                         lines[agent_id] = deque((run,))
+                        since[agent_id] = deque((now,))
                         held[agent_id] = len(run)
                     else:
                         line.append(run)
+                        since[agent_id].append(now)
                         held[agent_id] += len(run)
                 self._depth += len(flows)
             else:
@@ -100,9 +106,11 @@ class FairQueue:
         line = self._lines.get(agent_id)
         if line is None:
             self._lines[agent_id] = deque(([flow],))
+            self._since[agent_id] = deque((_now(),))
             held[agent_id] = 1
         else:
             line.append([flow])
+            self._since[agent_id].append(_now())
             held[agent_id] = mine + 1
         self._depth += 1
         return victim
@@ -113,9 +121,10 @@ class FairQueue:
         newest.pop()
         if not newest:
             line.pop()
+            self._since[agent_id].pop()
         self._held[agent_id] -= 1
         if not line:
-            del self._lines[agent_id], self._held[agent_id]
+            del self._lines[agent_id], self._held[agent_id], self._since[agent_id]
         self._depth -= 1
 
     # -- the consumer -----------------------------------------------------------------------------
@@ -127,6 +136,13 @@ class FairQueue:
     @property
     def idle(self) -> bool:
         return not self._depth and not self._busy
+
+    def oldest_wait(self) -> float:
+        """Seconds the oldest flow waiting has waited (0.0 when none waits): how far behind analysis is."""
+        with self.cond:
+            if not self._since:
+                return 0.0
+            return max(_now() - min(times[0] for times in self._since.values()), 0.0)
 
     def take_round(self, limit: int = 0, timeout: float | None = None) -> list[FlowRecord] | None:
         """A few flows of every agent, in turn (at most `limit` when given); None once closed and empty.
@@ -140,7 +156,7 @@ class FairQueue:
             if not self._depth:
                 return None if self._closing else []
             batch: list[FlowRecord] = []
-            lines, held = self._lines, self._held
+            lines, held, since = self._lines, self._held, self._since
             while lines and (not limit or len(batch) < limit):
                 # An equal share of what the limit leaves for each agent, at least PER_AGENT_ROUND: one pass when
                 # few agents wait (one agent's 256 flows in one step, not sixteen).
@@ -155,6 +171,7 @@ class FairQueue:
                             batch.extend(run)
                             taken += len(run)
                             line.popleft()
+                            since[agent_id].popleft()
                         else:  # part of a run: the rest stays first in line
                             cut = take - taken
                             batch.extend(run[:cut])
@@ -163,7 +180,7 @@ class FairQueue:
                     if line:
                         held[agent_id] -= taken
                     else:
-                        del lines[agent_id], held[agent_id]
+                        del lines[agent_id], held[agent_id], since[agent_id]
                     if limit and len(batch) >= limit:
                         break
                 if not limit:
@@ -209,6 +226,10 @@ class QueueFigures:
     @property
     def dropped_by_agent(self) -> dict[str, int]:
         return self._queue.dropped_by_agent
+
+    @property
+    def oldest_wait_s(self) -> float:
+        return self._queue.oldest_wait()
 
 
 DNS_PENDING_MAX = 10_000  # DNS items waiting for a sender; beyond this they are dropped and counted

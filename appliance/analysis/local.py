@@ -108,6 +108,7 @@ class NoAnalysis:
         pass
 
     queue_depth = 0
+    oldest_wait_s = 0.0
     flows_dropped = 0
     dropped_by_agent: dict[str, int] = {}
 

@@ -54,6 +54,11 @@ class OutboxHandOff:
         return self._outbox.depth
 
     @property
+    def oldest_wait_s(self) -> float:
+        """Seconds the oldest flow waiting here has waited: how far behind the analysis process is."""
+        return self._outbox.oldest_wait
+
+    @property
     def flows_dropped(self) -> int:
         return self._outbox.dropped
 

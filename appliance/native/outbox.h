@@ -39,6 +39,7 @@
 
 typedef struct OutNode {
     struct OutNode *prev, *next;
+    double put_at;        /* a flow's: when it was put (outbox_now), for oldest_wait */
     size_t len;
     const uint8_t *bytes; /* what is written: data, or the entry's own bytes */
     PyObject *owner;      /* a flow's entry (a reference, released with the interpreter lock), or NULL: a copy */
@@ -390,6 +391,7 @@ static OutNode *outbox_node(PyObject *entry)
         return NULL;
     }
     n->prev = n->next = NULL;
+    n->put_at = 0;
     n->len = (size_t)PyBytes_GET_SIZE(entry);
     n->bytes = (const uint8_t *)PyBytes_AS_STRING(entry);
     n->owner = Py_NewRef(entry);
@@ -501,6 +503,9 @@ static PyObject *outbox_put(Outbox *self, PyObject *flows)
     }
     OutNode *garbage = NULL;
     int dropped_any = 0;
+    double now = outbox_now(); /* one clock read per put: the flows of one ingest call came together */
+    for (Py_ssize_t i = 0; i < n; i++)
+        nodes[i]->put_at = now;
     pthread_mutex_lock(&self->mu);
     Py_ssize_t before = self->depth;
     if (before + self->busy + n <= self->size) { /* room for all (nearly always) */
@@ -572,6 +577,7 @@ static PyObject *outbox_put_dns(Outbox *self, PyObject *items)
             PyErr_NoMemory();
             goto fail;
         }
+        node->put_at = 0;
         uint8_t *o = put_dns_item(node->data, agent, alen, message, from_event); /* as encode_dns_batch writes it */
         node->len = (size_t)(o - node->data);
         node->bytes = node->data;
@@ -817,6 +823,21 @@ static PyObject *outbox_get_idle(Outbox *self, void *closure)
     return PyBool_FromLong(idle);
 }
 
+/* How long the oldest flow waiting has waited, in seconds (0.0 when none waits): each agent's line is oldest first, so
+ * the oldest is the earliest of the waiting agents' heads. Flows cut into a frame being written are not counted. */
+static PyObject *outbox_get_oldest_wait(Outbox *self, void *closure)
+{
+    (void)closure;
+    double oldest = 0;
+    pthread_mutex_lock(&self->mu);
+    for (OutAgent *a = self->first; a != NULL; a = a->next)
+        if (a->head != NULL && (oldest == 0 || a->head->put_at < oldest))
+            oldest = a->head->put_at;
+    pthread_mutex_unlock(&self->mu);
+    double wait = oldest ? outbox_now() - oldest : 0.0;
+    return PyFloat_FromDouble(wait > 0 ? wait : 0.0);
+}
+
 static PyMethodDef outbox_methods[] = {
     {"put", (PyCFunction)outbox_put, METH_O,
      "put(flows) -> dict | None: queue ended flows (WireFlows or (agent_id, entry) tuples); the flows dropped to keep\n"
@@ -841,6 +862,7 @@ static PyGetSetDef outbox_getset[] = {
     {"dns_dropped", (getter)outbox_get_dns_dropped, NULL, "DNS items dropped over dns_max", NULL},
     {"frames_sent", (getter)outbox_get_frames_sent, NULL, "frames written whole", NULL},
     {"idle", (getter)outbox_get_idle, NULL, "nothing waits and nothing is being written", NULL},
+    {"oldest_wait", (getter)outbox_get_oldest_wait, NULL, "seconds the oldest flow waiting has waited (0.0: none)", NULL},
     {NULL},
 };
 

@@ -74,6 +74,7 @@ class MetricsReply(BaseModel):
     flows_evicted_agent_cap: int
     flows_refused_bucket: int
     analysis_queue_depth: int
+    analysis_queue_oldest_s: float  # how long the oldest flow waiting for analysis has waited (0.0: none waits)
     analysis_queue_dropped: int
     analysis_dropped_by_agent: dict[str, int]
     analysis_errors: int

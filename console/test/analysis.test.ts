@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { analysisHealth } from "../src/stores/analysis.ts";
+import { analysisHealth, BEHIND_S } from "../src/stores/analysis.ts";
 import type { MetricsReply } from "../src/api/client.ts";
 
 const BASE = { timestamp: 1_700_000_000, totalPackets: 0, totalBytes: 0, packetsPerSecond: 0, bytesPerSecond: 0,
@@ -27,6 +27,21 @@ test("the analysis process running with nothing dropped is ok, with the flows wa
   assert.equal(h.where, "in the analysis process");
   assert.deepEqual(h.details, ["1,234 flows waiting"]);
   assert.equal(analysisHealth(reply(process({ cpus: [1] }))).where, "in the analysis process, on CPU 1 (analysis.pin_cpus)");
+});
+
+test("flows waiting long say how long; past BEHIND_S analysis is falling behind", () => {
+  const fresh = analysisHealth(reply(process(), { analysis_queue_depth: 300, analysis_queue_oldest_s: 0.004 }));
+  assert.equal(fresh.level, "ok");
+  assert.deepEqual(fresh.details, ["300 flows waiting"]);
+  const slow = analysisHealth(reply(process(), { analysis_queue_depth: 300, analysis_queue_oldest_s: 3.4 }));
+  assert.equal(slow.level, "ok");
+  assert.deepEqual(slow.details, ["300 flows waiting, the oldest for 3 s"]);
+  const behind = analysisHealth(reply(process(), { analysis_queue_depth: 50_000, analysis_queue_oldest_s: BEHIND_S + 32.6 }));
+  assert.equal(behind.level, "warn");
+  assert.equal(behind.headline, "Falling behind");
+  assert.deepEqual(behind.details, ["50,000 flows waiting, the oldest for 43 s"]);
+  const restarting = analysisHealth(reply(process({ running: false }), { analysis_queue_depth: 9, analysis_queue_oldest_s: 60 }));
+  assert.equal(restarting.headline, "Starting or restarting");
 });
 
 test("a process that is not running says so and warns", () => {
@@ -66,13 +81,14 @@ test("a cluster ingest node: connected is ok, Redis gone or flows trimmed unread
   const ok = analysisHealth(reply({ mode: "ingest", running: true, cluster: { flows_appended: 5000 } }));
   assert.equal(ok.level, "ok");
   assert.equal(ok.headline, "Sending to the cluster");
-  assert.deepEqual(ok.details, ["5,000 flows appended to Redis"]);
+  assert.deepEqual(ok.details, ["5,000 flows appended to Redis", "0 flows waiting"]);
   const down = analysisHealth(reply({ mode: "ingest", running: false, cluster: { flows_appended: 5000, flows_trimmed_unread: 40 } },
                                     { analysis_queue_dropped: 9 }));
   assert.equal(down.level, "warn");
   assert.equal(down.headline, "Redis unreachable");
   assert.deepEqual(down.details.slice(1), [
     "40 flows trimmed from the stream before an analyzer read them (MAXLEN)",
+    "0 flows waiting",
     "9 flows dropped since start: the queue was full or Redis did not take them",
   ]);
 });

@@ -1,5 +1,7 @@
 // The Overview's analysis panel: where flows are analysed and whether analysis keeps up, from what
-// GET /api/v1/metrics says (`analysis_worker`: the mode and its counters; the queue in front of it). The
+// GET /api/v1/metrics says (`analysis_worker`: the mode and its counters; the queue in front of it and how long its
+// oldest flow has waited, `analysis_queue_oldest_s`: flows normally wait milliseconds, so BEHIND_S of it is
+// analysis falling behind the traffic). The
 // counters run since the appliance started, so a restart or a drop an hour ago still shows: each one is
 // flows whose alerts may be missing. Nothing is guessed: a reply without `analysis_worker` reads "unknown".
 import type { MetricsReply } from "../api/client.ts";
@@ -27,6 +29,8 @@ function isRecord(v: unknown): v is Record<string, unknown> {
 function num(v: unknown): number {
   return typeof v === "number" && Number.isFinite(v) ? v : 0;
 }
+
+export const BEHIND_S = 10;
 
 function count(n: number, one: string, many = `${one}s`): string {
   return `${n.toLocaleString("en-US")} ${n === 1 ? one : many}`;
@@ -67,7 +71,14 @@ export function analysisHealth(reply: MetricsReply | null): AnalysisHealth {
   } else {
     headline = running ? "Running" : "Starting or restarting";
     warn = !running;
-    details.push(`${count(num(reply.analysis_queue_depth), "flow")} waiting`);
+  }
+  if (mode !== "off" && mode !== "manager") {
+    const waiting = num(reply.analysis_queue_depth), oldest = num(reply.analysis_queue_oldest_s);
+    details.push(`${count(waiting, "flow")} waiting` + (waiting > 0 && oldest >= 1 ? `, the oldest for ${Math.round(oldest)} s` : ""));
+    if (oldest >= BEHIND_S) {
+      warn = true;
+      if (running) headline = "Falling behind";
+    }
   }
   const dropped = num(reply.analysis_queue_dropped);
   if (dropped > 0) {

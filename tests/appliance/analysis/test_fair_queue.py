@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from appliance.analysis import fair_queue
 from appliance.analysis.fair_queue import FairQueue
 from appliance.model import FlowRecord, Transport
 
@@ -175,3 +176,51 @@ def test_dns_items_wake_the_sender_of_an_empty_hand_off_and_at_a_batch() -> None
     hand_off.submit_many([flow("a", 1)])  # flows wait: the sender is awake or gathering, no wake for DNS
     hand_off.observe_answers([("a", b"5")])
     assert wakes == [1, 5, 0]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_oldest_wait_follows_the_oldest_run_waiting_through_rounds_cuts_and_drops(monkeypatch) -> None:
+    """How long the oldest flow waiting has waited (the metrics' analysis_queue_oldest_s, thread mode and the cluster's
+    ingest nodes): a run cut by a round keeps its time, and drops take their runs' times with them."""
+    clock = Clock()
+    monkeypatch.setattr(fair_queue, "_now", clock)
+    queue = FairQueue(12)
+    assert queue.oldest_wait() == 0.0
+    queue.put_many([flow("a", i) for i in range(5)])  # one run at 1000
+    clock.now = 1003.0
+    queue.put_many([flow("b", i) for i in range(5)])  # one run at 1003
+    clock.now = 1010.0
+    assert queue.oldest_wait() == 10.0
+    first = queue.take_round(limit=4, timeout=0)
+    assert [f.flow_id for f in first or []] == ["a-0", "a-1", "a-2", "a-3"]  # a's run cut: a-4 keeps 1000
+    assert queue.oldest_wait() == 10.0
+    clock.now = 1011.0
+    queue.put_many([flow("c", i) for i in range(4)])  # over the bound: flow by flow, b's newest and c's last dropped
+    assert queue.dropped_by_agent == {"b": 1, "c": 1} and queue.depth == 8
+    assert all(len(queue._since[agent]) == len(queue._lines[agent]) for agent in queue._lines)
+    rest = queue.take_round(limit=6, timeout=0)
+    assert [f.flow_id for f in rest or []] == ["a-4", "b-0", "b-1", "b-2", "b-3", "c-0"]
+    clock.now = 1020.0
+    assert queue.oldest_wait() == 9.0  # c-1, put at 1011
+    assert [f.flow_id for f in queue.take_round(limit=10, timeout=0) or []] == ["c-1", "c-2"]
+    assert queue.oldest_wait() == 0.0 and queue._since == {} and queue._lines == {}
+
+
+def test_oldest_wait_is_the_next_run_once_the_oldest_is_taken(monkeypatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(fair_queue, "_now", clock)
+    queue = FairQueue(100)
+    queue.put_many([flow("a", 0)])
+    clock.now = 1004.0
+    queue.put_many([flow("a", 1)])
+    clock.now = 1005.0
+    assert queue.oldest_wait() == 5.0
+    assert [f.flow_id for f in queue.take_round(limit=1, timeout=0) or []] == ["a-0"]
+    assert queue.oldest_wait() == 1.0

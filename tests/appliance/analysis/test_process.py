@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from appliance.analysis import channel as channel_module
 from appliance.analysis.channel import SEND_BUFFER
 
 from tests.appliance.detection import scenarios as sc
@@ -466,3 +467,30 @@ def test_a_frame_the_dying_process_never_got_is_counted_lost_once(tmp_path: Path
     assert analysis.flows_lost == 16  # the frame that did not go; the other 4 still wait for the next process
     assert analysis._outbox.take_sent() == 0 and analysis.queue_depth == 4
     ours.close()
+
+
+def test_the_oldest_flow_waiting_says_how_far_behind_a_stopped_analysis_process_is(
+        in_process: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`analysis_queue_oldest_s`: how long the oldest flow waiting in the server's outbox has waited. The analysis
+    process stopped (SIGSTOP), its channel fills (made small here: 64 KB asked), flows wait in the outbox and the
+    figure grows with the time they wait; once it runs again and catches up, it is 0.0."""
+    monkeypatch.setattr(channel_module, "SEND_BUFFER", 64 << 10)
+    running = in_process()
+    pid = wait_for(lambda: metrics(running)["analysis_worker"]["running"] and metrics(running)["analysis_worker"]["pid"])
+    assert metrics(running)["analysis_queue_oldest_s"] == 0.0
+    stub = running.stub()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        for n in range(4):
+            assert sc.stream(stub, sc.benign_office(n, minutes=30, seed=n)) > 0
+        wait_for(lambda: metrics(running)["analysis_queue_depth"] > 0, what="flows waiting behind a full channel")
+        waited = metrics(running)["analysis_queue_oldest_s"]
+        time.sleep(1.0)
+        body = metrics(running)
+        assert body["analysis_queue_oldest_s"] >= waited + 1.0 and body["analysis_queue_depth"] > 0
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert running.app.analysis.drain()
+    body = metrics(running)
+    assert body["analysis_queue_depth"] == 0 and body["analysis_queue_oldest_s"] == 0.0
+    assert body["analysis_worker"]["restarts"] == 0

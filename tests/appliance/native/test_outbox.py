@@ -325,3 +325,29 @@ def test_producers_on_many_threads_every_flow_arrives_once_in_whole_frames() -> 
         assert outbox.take_sent() == 8000
     finally:
         sender.close()
+
+
+def test_oldest_wait_is_how_long_the_oldest_flow_waiting_has_waited() -> None:
+    """The age of the earliest head of the waiting agents' lines (the metrics' analysis_queue_oldest_s): 0.0 when
+    nothing waits, growing while the sender is behind, and the next flow's age once the oldest has gone."""
+    outbox = Outbox(1000, 4, 100, 30.0)
+    sender = Sender(outbox)
+    try:
+        assert outbox.oldest_wait == 0.0
+        outbox.put([("a", entry("a", n)) for n in range(2)])
+        time.sleep(0.2)
+        outbox.put([("b", entry("b", 0))])
+        first = outbox.oldest_wait
+        assert 0.2 <= first < 10  # a's, not b's
+        time.sleep(0.05)
+        assert outbox.oldest_wait >= first + 0.05
+        thread = sender.run()
+        outbox.put([("b", entry("b", 1))])  # four wait: a batch, sent at once, a's two and b's two in turn
+        assert sorted(flows_in(sender.until(1)[0][1])) == ["a:0", "a:1", "b:0", "b:1"]
+        assert outbox.depth == 0 and outbox.oldest_wait == 0.0
+        outbox.put([("c", entry("c", 0))])
+        assert 0.0 <= outbox.oldest_wait < 0.2  # the age of the flow that waits now, not of those sent
+        outbox.poke()
+        thread.join(5)
+    finally:
+        sender.close()
