@@ -44,6 +44,14 @@ test("flows waiting long say how long; past BEHIND_S analysis is falling behind"
   assert.equal(restarting.headline, "Starting or restarting");
 });
 
+test("the flows analysed a second, when the metrics store knows them, come first", () => {
+  const h = analysisHealth(reply(process(), { analysis_queue_depth: 12 }), 1234.4);
+  assert.deepEqual(h.details, ["analysing 1,234 flows a second", "12 flows waiting"]);
+  assert.deepEqual(analysisHealth(reply(process()), 0).details, ["analysing 0 flows a second", "0 flows waiting"]);
+  assert.deepEqual(analysisHealth(reply({ mode: "off", running: false, flows_not_analysed: 3 }), 50).details,
+                   ["3 flows not analysed since start"]);
+});
+
 test("a process that is not running says so and warns", () => {
   const h = analysisHealth(reply(process({ running: false })));
   assert.equal(h.level, "warn");

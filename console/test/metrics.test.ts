@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createMetricsStore, HISTORY_POINTS, TICK_MS } from "../src/stores/metrics.ts";
+import { analysedPerSecond, createMetricsStore, HISTORY_POINTS, TICK_MS } from "../src/stores/metrics.ts";
 import type { MetricsReply } from "../src/api/client.ts";
 
 function reply(i: number): MetricsReply {
@@ -86,4 +86,21 @@ test("non-numeric fields read as 0, never NaN", async () => {
   const store = createMetricsStore({ metrics: async () => ({ ...reply(1), packetsPerSecond: "x" as unknown as number }) });
   await store.tick();
   assert.equal(store.current.value.packetsPerSecond, 0);
+});
+
+test("flows analysed a second come from two replies' flows_processed and server timestamps", async () => {
+  const at = (t: number, flows: unknown) => ({ ...reply(1), timestamp: t, flows_processed: flows }) as MetricsReply;
+  assert.equal(analysedPerSecond(null, at(10, 100)), null);
+  assert.equal(analysedPerSecond(at(10, 100), at(12, 600)), 250);
+  assert.equal(analysedPerSecond(at(10, 100), at(10, 600)), null); // no time between them
+  assert.equal(analysedPerSecond(at(10, 600), at(11, 5)), null); // the appliance restarted: the counter went back
+  assert.equal(analysedPerSecond(at(10, "x"), at(11, 5)), null);
+  const replies = [at(100, 0), at(101, 40), at(103, 100)];
+  const store = createMetricsStore({ metrics: async () => replies.shift()! });
+  await store.tick();
+  assert.equal(store.analysed.value, null);
+  await store.tick();
+  assert.equal(store.analysed.value, 40);
+  await store.tick();
+  assert.equal(store.analysed.value, 30);
 });

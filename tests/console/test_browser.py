@@ -309,6 +309,8 @@ def test_the_overview_says_where_analysis_runs_and_counts_a_crash_of_the_analysi
     sign_in(page, stack)
     page.get_by_test_id("analysis-state").filter(has_text="Running").wait_for()
     assert "on a thread of the server" in page.get_by_test_id("analysis").inner_text()
+    # the rate from two ticks of the live metrics (the background agent streams all along)
+    page.get_by_test_id("analysis-details").filter(has_text=re.compile(r"analysing [\d,]+ flows? a second")).wait_for()
     assert page.locator(".analysis-ok").count() == 1
 
     monkeypatch.delenv("SENSOR_ADMIN_TOKEN", raising=False)

@@ -49,7 +49,7 @@ export function Overview({ ctx }: PageProps) {
   const raw = metrics.raw.value;
   const entries = history?.entries ?? [];
   const counts = threats.severityCounts.value;
-  const analysis = analysisHealth(raw);
+  const analysis = analysisHealth(raw, metrics.analysed.value);
   return (
     <Page title="Overview">
       {metrics.error.value && <div class="error" role="alert">Live metrics: {metrics.error.value} (retrying every second)</div>}

@@ -36,7 +36,8 @@ function count(n: number, one: string, many = `${one}s`): string {
   return `${n.toLocaleString("en-US")} ${n === 1 ? one : many}`;
 }
 
-export function analysisHealth(reply: MetricsReply | null): AnalysisHealth {
+/** `analysed`: flows analysed per second over the last tick (the metrics store's), when known. */
+export function analysisHealth(reply: MetricsReply | null, analysed: number | null = null): AnalysisHealth {
   const worker = reply?.analysis_worker;
   if (reply == null || !isRecord(worker) || typeof worker.mode !== "string") {
     return { level: "unknown", headline: "Unknown", where: "", details: [] };
@@ -71,6 +72,7 @@ export function analysisHealth(reply: MetricsReply | null): AnalysisHealth {
   } else {
     headline = running ? "Running" : "Starting or restarting";
     warn = !running;
+    if (analysed !== null) details.push(`analysing ${count(Math.round(analysed), "flow")} a second`);
   }
   if (mode !== "off" && mode !== "manager") {
     const waiting = num(reply.analysis_queue_depth), oldest = num(reply.analysis_queue_oldest_s);

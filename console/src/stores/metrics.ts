@@ -39,10 +39,21 @@ export function toSnapshot(reply: MetricsReply): MetricsSnapshot {
   };
 }
 
+/** Flows analysed per second between two replies (`flows_processed` over the server's timestamps), or null: no
+ * earlier reply, no time between them, or a counter that went back (the appliance restarted). */
+export function analysedPerSecond(before: MetricsReply | null, after: MetricsReply): number | null {
+  if (before === null) return null;
+  const [f0, f1, t0, t1] = [before.flows_processed, after.flows_processed, before.timestamp, after.timestamp];
+  if (typeof f0 !== "number" || typeof f1 !== "number" || typeof t0 !== "number" || typeof t1 !== "number") return null;
+  const seconds = t1 - t0;
+  return seconds > 0 && f1 >= f0 ? (f1 - f0) / seconds : null;
+}
+
 export function createMetricsStore(source: MetricsSource, timer: Timer = realTimer) {
   const current = signal<MetricsSnapshot>(EMPTY);
   const history = signal<MetricsDataPoint[]>([]);
   const raw = signal<MetricsReply | null>(null);
+  const analysed = signal<number | null>(null); // flows/s analysed over the last tick
   const error = signal<string | null>(null);
   const ticking = signal(false);
   let handle: unknown = null;
@@ -55,6 +66,7 @@ export function createMetricsStore(source: MetricsSource, timer: Timer = realTim
       try {
         const reply = await source.metrics();
         const snap = toSnapshot(reply);
+        analysed.value = analysedPerSecond(raw.value, reply);
         raw.value = reply;
         current.value = snap;
         const point = { timestamp: snap.timestamp, packetsPerSecond: snap.packetsPerSecond, bytesPerSecond: snap.bytesPerSecond };
@@ -84,7 +96,7 @@ export function createMetricsStore(source: MetricsSource, timer: Timer = realTim
     ticking.value = false;
   }
 
-  return { current, history, raw, error, ticking, tick, startTicking, stopTicking };
+  return { current, history, raw, analysed, error, ticking, tick, startTicking, stopTicking };
 }
 
 export type MetricsStore = ReturnType<typeof createMetricsStore>;
