@@ -828,13 +828,16 @@ static PyObject *outbox_get_idle(Outbox *self, void *closure)
 static PyObject *outbox_get_oldest_wait(Outbox *self, void *closure)
 {
     (void)closure;
-    double oldest = 0;
+    const OutNode *oldest = NULL;
+    double since = 0;
     pthread_mutex_lock(&self->mu);
-    for (OutAgent *a = self->first; a != NULL; a = a->next)
-        if (a->head != NULL && (oldest == 0 || a->head->put_at < oldest))
-            oldest = a->head->put_at;
+    for (const OutAgent *a = self->first; a != NULL; a = a->next)
+        if (a->head != NULL && (oldest == NULL || a->head->put_at < oldest->put_at))
+            oldest = a->head;
+    if (oldest != NULL)
+        since = oldest->put_at;
     pthread_mutex_unlock(&self->mu);
-    double wait = oldest ? outbox_now() - oldest : 0.0;
+    double wait = oldest != NULL ? outbox_now() - since : 0.0;
     return PyFloat_FromDouble(wait > 0 ? wait : 0.0);
 }
 

@@ -1,9 +1,9 @@
 // The Overview's analysis panel: where flows are analysed and whether analysis keeps up, from what
 // GET /api/v1/metrics says (`analysis_worker`: the mode and its counters; the queue in front of it and how long its
 // oldest flow has waited, `analysis_queue_oldest_s`: flows normally wait milliseconds, so BEHIND_S of it is
-// analysis falling behind the traffic). The
-// counters run since the appliance started, so a restart or a drop an hour ago still shows: each one is
-// flows whose alerts may be missing. Nothing is guessed: a reply without `analysis_worker` reads "unknown".
+// analysis falling behind the traffic). The counters run since the appliance started, so a restart or a drop an
+// hour ago still shows: each one is flows whose alerts may be missing. Nothing is guessed: a reply without
+// `analysis_worker` reads "unknown".
 import type { MetricsReply } from "../api/client.ts";
 
 export type AnalysisLevel = "ok" | "warn" | "unknown";
