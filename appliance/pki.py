@@ -7,11 +7,13 @@ overwritten; a file that does not parse stops start-up with a message naming it.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import ipaddress
 import os
 import socket
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,19 +73,37 @@ def fingerprint(cert: x509.Certificate) -> str:
 
 def default_server_names() -> list[str]:
     """The host name, localhost, 127.0.0.1, every non-loopback address of the host, and SERVER_SAN_NAME."""
-    names = [socket.gethostname(), "localhost", "127.0.0.1"]
+    names = [socket.gethostname(), "localhost", "127.0.0.1", *_host_addresses()]
+    names.append(SERVER_SAN_NAME)
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def _host_addresses() -> list[str]:
+    """The host's non-loopback addresses from netlink; none where netlink is unavailable (an unusual sandbox).
+
+    pyroute2's synchronous IPRoute drives an event loop of its own, which it cannot do on a thread whose loop is
+    running (an embedder or a test that builds the appliance from asyncio code): there the query runs on a
+    thread of its own, instead of failing into a certificate without the host's addresses."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop running here: the usual case (`python -m appliance`)
+        return _read_host_addresses()
+    found: list[list[str]] = []
+    reader = threading.Thread(target=lambda: found.append(_read_host_addresses()), name="host-addresses")
+    reader.start()
+    reader.join()
+    return found[0] if found else []
+
+
+def _read_host_addresses() -> list[str]:
     try:
         from pyroute2 import IPRoute
 
         with IPRoute() as ipr:
-            for addr in ipr.get_addr():
-                value = addr.get_attr("IFA_ADDRESS")
-                if value and not ipaddress.ip_address(value.split("%")[0]).is_loopback:
-                    names.append(value.split("%")[0])
-    except Exception:  # no netlink (unusual sandbox): the host name still works
-        pass
-    names.append(SERVER_SAN_NAME)
-    return list(dict.fromkeys(n for n in names if n))
+            values = [addr.get_attr("IFA_ADDRESS") for addr in ipr.get_addr()]
+    except Exception:  # no netlink: the host name still works
+        return []
+    return [v.split("%")[0] for v in values if v and not ipaddress.ip_address(v.split("%")[0]).is_loopback]
 
 
 def _san(names: list[str]) -> x509.SubjectAlternativeName:

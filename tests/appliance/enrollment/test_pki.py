@@ -49,6 +49,20 @@ def test_ca_and_server_certificate_are_generated_with_the_sans(tmp_path, monkeyp
     app.enrollment_store.close()
 
 
+def test_server_names_are_the_same_when_asked_from_a_running_event_loop(recwarn):
+    """pyroute2's synchronous netlink socket cannot run on a thread whose event loop runs (a test driving a browser,
+    an embedder's asyncio code): the host's addresses must still reach the certificate, with no warning."""
+    import asyncio
+
+    async def from_a_loop() -> list[str]:
+        return default_server_names()
+
+    outside = default_server_names()
+    assert len(outside) > 4, "this host has a non-loopback address (the test would prove nothing without one)"
+    assert asyncio.run(from_a_loop()) == outside
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+
 def test_existing_certificates_are_reused_never_overwritten(tmp_path, monkeypatch):
     monkeypatch.delenv("SENSOR_ADMIN_TOKEN", raising=False)
     build(appliance_settings(tmp_path))
