@@ -204,6 +204,7 @@ static PyObject *label_features(PyObject *module, PyObject *const *args, Py_ssiz
 #include "name_model.h"
 #include "resolver_cache.h"
 #include "resolver_batch.h"
+#include "tls_gate.h"
 #include "word_segment.h"
 
 static PyObject *ascii_text(const char *text, size_t len)
@@ -911,6 +912,9 @@ static PyMethodDef dpi_functions[] = {
     {"resolver_lookup", (PyCFunction)(void (*)(void))resolver_lookup, METH_FASTCALL,
      "resolver_lookup(by_ip, maker, agent_id, address, at_ns, window_s[, slack_s=2.0]) -> Resolution | None: "
      "ResolverCache.lookup (resolver_cache.h)."},
+    {"tls_gate", (PyCFunction)(void (*)(void))tls_gate, METH_FASTCALL,
+     "tls_gate(flow, tls, hello, state) -> None | (rare, rarity, resolution): TlsAnalyzer.analyze up to whether the "
+     "flow can raise anything (tls_gate.h)."},
     {"shannon_entropy", shannon_entropy, METH_O,
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},
     {NULL, NULL, 0, NULL},
@@ -932,7 +936,7 @@ static int dpi_exec(PyObject *module)
         return -1;
     if (dnsw_init(module) < 0)
         return -1;
-    if (rc_init(module) < 0)
+    if (rc_init(module) < 0 || tg_init() < 0)
         return -1;
     if (ws_init(module) < 0)
         return -1;

@@ -13,8 +13,9 @@ from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.tls_cert import AnomalyLimits, TrustAnchors, chain_anomalies
 from appliance.detection.dpi.tls_meta import TlsMetadata
 from appliance.detection.facts import Facts
-from appliance.detection.resolutions import ResolverCache, is_private
+from appliance.detection.resolutions import Resolution, ResolverCache, is_private
 from appliance.model import Category, Detection, FlowRecord, Severity, Transport, ip_str
+from appliance.native.dpi import tls_gate
 
 _NS = 1_000_000_000
 _TCP = Transport.TCP
@@ -64,37 +65,38 @@ class TlsAnalyzer:
         self._anchors = anchors
         self._throttle = Throttle()
         self.prevalence = FingerprintPrevalence()
-        self._lookup = resolver.lookup_function()  # asked for every TCP flow
-        self._observe_fingerprint = self.prevalence.observe
+        self._lookup = resolver.lookup_function()  # (agent_id, address, at_ns, window_s) -> Resolution | None
+        self._configured: AnalysisConfig | None = None
+        self._gate: tuple[Any, ...] = ()
+
+    def _configure(self, config: AnalysisConfig) -> None:
+        """tls_gate's state for this config: the prevalence's and the resolver's maps, and the tests' thresholds."""
+        c, p = config.tls, self.prevalence
+        by_ip, maker = self._lookup.args
+        self._gate = (_TCP, c.ports, p._agents_of, p._watched, p._max_fingerprints, p._max_agents, by_ip, maker,
+                      c.resolution_window_s, c.rare_max_fleet_agents, c.rare_learning_s, c.rare_min_handshakes)
+        self._configured = config
 
     def analyze(self, flow: FlowRecord, facts: Facts, config: AnalysisConfig) -> list[Detection]:
-        if flow.transport is not _TCP or flow.packets_out == 0:
+        if config is not self._configured:
+            self._configure(config)
+        tls, hello = facts.tls, facts.client_hello
+        # Whether the flow can raise anything, the fingerprint's prevalence observed on the way (C: tls_gate.h):
+        # most flows are resolved, their SNI among the names (or none), not rare, no chain in clear.
+        gate = tls_gate(flow, tls, hello, self._gate)
+        if gate is None:
             return []
+        return self._judge(flow, facts, config, *gate)
+
+    def _judge(self, flow: FlowRecord, facts: Facts, config: AnalysisConfig, rare: bool,
+               rarity: tuple[int, float, int] | None, resolution: Resolution | None) -> list[Detection]:
+        """What a flow the gate let through raises: `rarity` as FingerprintPrevalence.observe answered it (None when
+        the agent had shown the fingerprint before or the flow has none), `rare` its verdict, the resolution or None."""
         c = config.tls
-        tls = facts.tls
-        agent_id, first_ns = flow.agent_id, flow.first_ns
-        rare = False
-        if tls is None:
-            if flow.remote_port not in c.ports:
-                return []
-        else:
-            ja4 = tls.ja4
-            if ja4:
-                rarity = self._observe_fingerprint(agent_id, ja4, first_ns)
-                if rarity is not None:
-                    others, watched_s, handshakes = rarity
-                    rare = (others <= c.rare_max_fleet_agents and watched_s >= c.rare_learning_s
-                            and handshakes >= c.rare_min_handshakes)
-        hello = facts.client_hello
+        tls, hello = facts.tls, facts.client_hello
+        if rarity is not None:
+            others, watched_s, handshakes = rarity
         sni = hello.sni if hello is not None else ""
-        # Asked with the address as an int: the C writes its text (ip_str's) only to look it up.
-        resolution = self._lookup(agent_id, flow.remote_ip, first_ns, c.resolution_window_s)
-        # Decide first: most flows raise nothing, and the evidence below costs more than the tests. Most are
-        # resolved, their SNI among the names (or none), not rare, no chain in clear: nothing to raise whether
-        # the address is private or not, so that test waits.
-        if resolution is not None and not rare and (tls is None or not tls.certificates) and (
-                not sni or sni in resolution.names):
-            return []
         address = ip_str(flow.remote_ip)  # flow.remote_addr without the property's Python frame
         if c.ignore_private and is_private(address):
             return []

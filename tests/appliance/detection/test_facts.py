@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +19,7 @@ from appliance.detection.facts import Facts, FlowFacts, facts_reference, tls_met
 from appliance.model import FlowRecord, Packet, Transport
 from tests.appliance.detection import tls_certs as tc
 from tests.appliance.detection import tls_records as tr
+from tests.appliance.detection.pipeline_run import pipeline_detections
 from tests.appliance.detection.test_tls_benign import chrome, firefox
 
 
@@ -212,30 +211,17 @@ def test_the_flow_tls_metadata_reads_as_the_detectors_do(handshakes: dict[str, l
 
 
 def _pipeline_detections(flows: list[FlowRecord], reference: bool) -> list[Any]:
-    from appliance.app import build
-    from bench.pipeline_bench import settings
+    def use_reference(app: Any) -> None:  # every layer reads the reference's facts, parsed once per flow as FlowFacts does
+        cache: dict[str, Any] = {}
 
-    with tempfile.TemporaryDirectory() as tmp:
-        app = build(settings(Path(tmp)))
-        assert app.detection is not None and app.pipeline is not None
-        if reference:  # every layer reads the reference's facts, parsed once per flow as FlowFacts does
-            cache: dict[str, Any] = {}
+        def facts(flow: FlowRecord) -> Facts:
+            if cache.get("flow") is not flow:
+                cache["flow"], cache["facts"] = flow, facts_reference(flow)[0]
+            return cache["facts"]
 
-            def facts(flow: FlowRecord) -> Facts:
-                if cache.get("flow") is not flow:
-                    cache["flow"], cache["facts"] = flow, facts_reference(flow)[0]
-                return cache["facts"]
+        app.detection.facts.facts = facts
 
-            app.detection.facts.facts = facts  # type: ignore[method-assign]
-        for flow in flows:
-            for message in flow.dns:
-                if message.is_response:
-                    app.detection.resolver.observe(flow.agent_id, message)
-        found = []
-        for flow in flows:
-            found += [dataclasses.replace(d, id="") for d in app.pipeline.process(flow)]
-        app.detection.db.close()
-    return found
+    return pipeline_detections(flows, use_reference if reference else None)
 
 
 def test_the_pipeline_raises_the_same_detections_as_with_the_reference_facts(corpus_flows: list[FlowRecord]) -> None:
