@@ -14,7 +14,7 @@
  *     (other agents, seconds watched, handshakes before)) and the resolution (or None).
  *     state: (TCP, ports, agents_of, watched, max_fingerprints, max_agents, by_ip, maker, window_s,
  *     rare_max_fleet_agents, rare_learning_s, rare_min_handshakes), built by the detector once per config.
- * `TlsAnalyzerReference` in tests/appliance/detection/ keeps the Python it replaces, which the tests hold it to.
+ * tests/appliance/detection/tls_reference.py keeps the Python it replaces (gate_reference), which the tests hold it to.
  */
 
 enum { TG_TCP, TG_PORTS, TG_AGENTS_OF, TG_WATCHED, TG_MAX_FP, TG_MAX_AGENTS, TG_BY_IP, TG_MAKER, TG_WINDOW,

@@ -70,7 +70,7 @@ class TlsAnalyzer:
         self._gate: tuple[Any, ...] = ()
 
     def _configure(self, config: AnalysisConfig) -> None:
-        """tls_gate's state for this config: the prevalence's and the resolver's maps, and the tests' thresholds."""
+        """tls_gate's state for this config: the prevalence's and resolver's maps, the ports, the rarity thresholds."""
         c, p = config.tls, self.prevalence
         by_ip, maker = self._lookup.args
         self._gate = (_TCP, c.ports, p._agents_of, p._watched, p._max_fingerprints, p._max_agents, by_ip, maker,
