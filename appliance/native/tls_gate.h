@@ -36,22 +36,14 @@ static int tg_init(void)
     return tg_zero == NULL || tg_one == NULL || tg_second == NULL ? -1 : 0;
 }
 
-/* del d[next(iter(d))] while len(d) >= max: the oldest entry goes first (0, -1 on error). */
-static int tg_evict_first(PyObject *dict, PyObject *max)
+/* Room for one more key in a prevalence map (FingerprintPrevalence: `if len(d) >= max: del d[next(iter(d))]`), by
+ * resolver_cache.h's rc_bound (0, -1 on error). */
+static int tg_room(PyObject *dict, PyObject *max)
 {
-    PyObject *size = PyLong_FromSsize_t(PyDict_GET_SIZE(dict));
-    int full = size != NULL ? PyObject_RichCompareBool(size, max, Py_GE) : -1;
-    Py_XDECREF(size);
-    if (full <= 0)
-        return full;
-    Py_ssize_t pos = 0;
-    PyObject *key, *value;
-    if (!PyDict_Next(dict, &pos, &key, &value))
-        return 0;
-    Py_INCREF(key);
-    int r = PyDict_DelItem(dict, key);
-    Py_DECREF(key);
-    return r;
+    Py_ssize_t limit = PyLong_AsSsize_t(max);
+    if (limit == -1 && PyErr_Occurred())
+        return -1;
+    return rc_bound(dict, limit > 0 ? limit - 1 : 0);
 }
 
 /* FingerprintPrevalence.observe(agent_id, fingerprint, now_ns): a new reference to None or the tuple, NULL on error. */
@@ -60,7 +52,7 @@ static PyObject *tg_observe(PyObject *const *state, PyObject *agent_id, PyObject
     PyObject *agents_of = state[TG_AGENTS_OF], *watched_of = state[TG_WATCHED];
     PyObject *watched = Py_XNewRef(PyDict_GetItemWithError(watched_of, agent_id));
     if (watched == NULL) {
-        if (PyErr_Occurred() || tg_evict_first(watched_of, state[TG_MAX_FP]) < 0)
+        if (PyErr_Occurred() || tg_room(watched_of, state[TG_MAX_FP]) < 0)
             return NULL;
         watched = PyList_New(2);
         if (watched == NULL)
@@ -83,7 +75,7 @@ static PyObject *tg_observe(PyObject *const *state, PyObject *agent_id, PyObject
     PyList_SetItem(watched, 1, more); /* steals */
     agents = Py_XNewRef(PyDict_GetItemWithError(agents_of, fingerprint));
     if (agents == NULL) {
-        if (PyErr_Occurred() || tg_evict_first(agents_of, state[TG_MAX_FP]) < 0)
+        if (PyErr_Occurred() || tg_room(agents_of, state[TG_MAX_FP]) < 0)
             goto done;
         agents = PySet_New(NULL);
         if (agents == NULL || PyDict_SetItem(agents_of, fingerprint, agents) < 0)

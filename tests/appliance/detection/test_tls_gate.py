@@ -63,9 +63,11 @@ def _tls(rng: random.Random) -> tuple[Any, Any]:
 @pytest.mark.parametrize("seed", range(6))
 def test_the_gate_answers_as_the_python_it_replaced_and_keeps_the_same_prevalence(seed: int) -> None:
     rng = random.Random(seed)
+    # Every other seed makes a fingerprint new to an agent rare at once, so that the rare path is walked too.
+    eager = seed % 2 == 0
     config = AnalysisConfig.model_validate({"tls": {
-        "rare_learning_s": rng.choice([0.001, 5.0, 3600.0]), "rare_min_handshakes": rng.choice([1, 2, 20]),
-        "rare_max_fleet_agents": rng.choice([0, 1, 5]), "ports": [443, 8443]}})
+        "rare_learning_s": 0.001 if eager else rng.choice([5.0, 3600.0]), "rare_min_handshakes": 1 if eager else rng.choice([2, 20]),
+        "rare_max_fleet_agents": 5 if eager else rng.choice([0, 1]), "ports": [443, 8443]}})
     caps = rng.choice([(3, 2), (2, 1), (100, 64)])
     resolver_c, resolver_py = _resolver(random.Random(seed)), _resolver(random.Random(seed))
     native, reference = _analyzer(resolver_c, *caps), _analyzer(resolver_py, *caps)
@@ -84,8 +86,8 @@ def test_the_gate_answers_as_the_python_it_replaced_and_keeps_the_same_prevalenc
         answers["quiet" if got is None else "through"] += 1
         answers["rare"] += bool(got and got[0])
     assert answers["quiet"] > 300 and answers["through"] > 300  # both ways taken
-    if config.tls.rare_learning_s < 1 and config.tls.rare_min_handshakes == 1:
-        assert answers["rare"] > 0
+    if eager:
+        assert answers["rare"] > 20
 
 
 def test_the_gate_refuses_a_state_that_is_not_its_own() -> None:
