@@ -316,7 +316,9 @@ def hello_costs(flows: list) -> dict[str, dict[str, float]]:
     return costs
 
 
-def main() -> None:
+def main(e2e_rounds: int = E2E_ROUNDS) -> None:
+    """Every figure of this bench; `e2e_rounds`: interleaved rounds of the end-to-end kinds (`--rounds`: more of them
+    narrow the medians on a noisy host, each round about 9 s)."""
     logging.disable(logging.WARNING)
     streams = corpus()
     packets = sum(len(p) for _, p in streams)
@@ -350,7 +352,7 @@ def main() -> None:
     cpu: dict[str, dict[str, dict[str, list[float]]]] = {
         state: {kind: {"server": [], "analysis": []} for kind in kinds} for state in ("cold", "warm")}
     tails: dict[str, dict[str, list[float]]] = {state: {kind: [] for kind in kinds} for state in ("cold", "warm")}
-    for _ in range(E2E_ROUNDS):  # interleaved: a slow spell of the machine hits every kind alike
+    for _ in range(e2e_rounds):  # interleaved: a slow spell of the machine hits every kind alike
         for kind, (worker, pinned, neighbour) in kinds.items():
             for state, (pass_rate, server_cpu, analysis_cpu, tail_ms) in zip(
                     ("cold", "warm"), e2e_round(streams, worker, pinned, neighbour)):
@@ -375,7 +377,7 @@ def main() -> None:
             f"(ratio {e2e['thread'] / off:.2f}); "
             + (f"ingestion alone with a CPU-bound neighbour on the analysis CPU {beside:,.0f} (the host's ceiling for "
                f"the ratio {beside / off:.2f}; the analysis process against it {on / beside:.2f}); " if beside else "")
-            + f"median of {E2E_ROUNDS}; rounds' spread (std dev / mean) "
+            + f"median of {e2e_rounds}; rounds' spread (std dev / mean) "
             + ", ".join(f"{kind} {v:.0%}" for kind, v in spreads.items())
             + (f" -- UNSTABLE: {baseline} or process over {UNSTABLE_SPREAD:.0%}, the host moved the ratio (compare with care)"
                if unstable else ""))
@@ -385,7 +387,7 @@ def main() -> None:
         with_ms = cpu[state]["process"]["server"]
         beside_ms = cpu[state]["off_neighbour"]["server"] if beside else []
         e2e_lines.append(
-            f"  CPU time per pass, {label}, median (least-most) of {E2E_ROUNDS}: ingestion alone {statistics.median(server_ms):.0f} "
+            f"  CPU time per pass, {label}, median (least-most) of {e2e_rounds}: ingestion alone {statistics.median(server_ms):.0f} "
             f"({min(server_ms):.0f}-{max(server_ms):.0f}) ms"
             + (f", beside the neighbour {statistics.median(beside_ms):.0f} ({min(beside_ms):.0f}-{max(beside_ms):.0f}) ms"
                if beside_ms else "")
@@ -396,7 +398,7 @@ def main() -> None:
         # What analysis adds after ingestion has finished (ingestion alone: only the drain's round trip).
         tail_ms = tails[state]["process"]
         e2e_lines.append(
-            f"  the tail, from the end of the last stream until every flow is analysed, median (least-most) of {E2E_ROUNDS}: "
+            f"  the tail, from the end of the last stream until every flow is analysed, median (least-most) of {e2e_rounds}: "
             f"with the analysis process {statistics.median(tail_ms):.1f} ({min(tail_ms):.1f}-{max(tail_ms):.1f}) ms of a "
             f"{packets / on * 1e3:.0f} ms pass; ingestion alone {statistics.median(tails[state][baseline]):.1f} ms")
         print(e2e_lines[-1])
@@ -421,9 +423,19 @@ def main() -> None:
                # The first pass of a new appliance, as this bench measured before it also reported the second.
                "e2e_packets_per_s": e2e_figures["cold"]["packets_per_s"], "e2e_ratio": e2e_figures["cold"]["ratio"],
                "e2e_rounds": e2e_figures["cold"]["rounds"], "e2e_spread": e2e_figures["cold"]["spread"],
-               "e2e_unstable": e2e_figures["cold"]["unstable"], "e2e_warm": e2e_figures["warm"]}
+               "e2e_unstable": e2e_figures["cold"]["unstable"], "e2e_warm": e2e_figures["warm"], "e2e_round_count": e2e_rounds}
     write_figures("pipeline", [*lines, tls_line, hello_line, *e2e_lines], figures)
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    def rounds(text: str) -> int:
+        if not text.isdigit() or not 1 <= int(text) <= 100:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 100")
+        return int(text)
+
+    parser = argparse.ArgumentParser(prog="python -m bench.pipeline_bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=rounds, default=E2E_ROUNDS, metavar="N",
+                        help=f"interleaved rounds of the end-to-end measures (1-100, default {E2E_ROUNDS})")
+    main(parser.parse_args().rounds)
