@@ -150,14 +150,17 @@ def test_an_analyzer_killed_mid_load_loses_no_flow_and_analyses_none_twice(clust
     killed = threading.Event()
 
     def load() -> None:
-        # A stream of 1000 flows every 0.25 s until the victim is dead and two more after it: flows keep arriving
-        # while it dies however long a loaded machine takes to get there (a fixed count could end first).
-        # At most 40 agents: sc.agent_ip(200 + agent) stays an address.
+        # A stream of 1000 flows every 0.25 s until the victim is dead and two more begun after it: flows keep
+        # arriving while it dies however long a loaded machine takes to get there (a fixed count could end first).
+        # Counted by when a stream begins: a kill during the first stream's sleep still leaves two whole streams
+        # after it (counted when they ended, that case sent only two in all). At most 40 agents:
+        # sc.agent_ip(200 + agent) stays an address.
         after_kill = 0
         for agent in range(40):
+            begun_after_kill = killed.is_set()
             sent.append(sc.stream(stub, many_flows(agent, 1000)))
             time.sleep(0.25)
-            after_kill += killed.is_set()
+            after_kill += begun_after_kill
             if after_kill == 2:
                 return
 
