@@ -866,23 +866,32 @@ static dnsw_message *dnsw_read_entries(DnsListObject *l, long long last_ns, Py_s
     return out;
 }
 
-static int dnsw_list_init(void)
+/* fastpath's type `name` into *slot, checked to have the layout `header` (dns_list.h, sample_list.h) gives it: the
+ * two extensions are built apart, and one read with the other's old layout would read past its entries. */
+static int dnsw_fastpath_type(const char *name, Py_ssize_t basicsize, Py_ssize_t itemsize, const char *header,
+                              PyTypeObject **slot)
 {
     PyObject *fastpath = PyImport_ImportModule("appliance.native.fastpath");
     if (fastpath == NULL)
         return -1;
-    PyObject *type = PyObject_GetAttrString(fastpath, "DnsList");
+    PyObject *type = PyObject_GetAttrString(fastpath, name);
     Py_DECREF(fastpath);
     if (type == NULL)
         return -1;
-    if (!PyType_Check(type) || ((PyTypeObject *)type)->tp_basicsize != (Py_ssize_t)offsetof(DnsListObject, entries)
-        || ((PyTypeObject *)type)->tp_itemsize != (Py_ssize_t)sizeof(DnsEntry)) {
+    if (!PyType_Check(type) || ((PyTypeObject *)type)->tp_basicsize != basicsize
+        || ((PyTypeObject *)type)->tp_itemsize != itemsize) {
         Py_DECREF(type);
-        PyErr_SetString(PyExc_ImportError, "appliance.native.fastpath.DnsList is not dns_list.h's: rebuild both extensions");
+        PyErr_Format(PyExc_ImportError, "appliance.native.fastpath.%s is not %s's: rebuild both extensions", name, header);
         return -1;
     }
-    Py_XSETREF(dnsw_list_type, (PyTypeObject *)type);
+    Py_XSETREF(*slot, (PyTypeObject *)type);
     return 0;
+}
+
+static int dnsw_list_init(void)
+{
+    return dnsw_fastpath_type("DnsList", (Py_ssize_t)offsetof(DnsListObject, entries), (Py_ssize_t)sizeof(DnsEntry),
+                              "dns_list.h", &dnsw_list_type);
 }
 
 /* Skipped by the detectors: empty, a local suffix (str.endswith, so "xarpa" too), or no dot. */

@@ -26,7 +26,8 @@
  *     tls_fingerprint.FingerprintMemo), all made by the SlotMakers given; `facts` holds it (tls,
  *     client_hello). `chain`: where a ServerHello was read, the certificate chain
  *     (tls_parse.certificate_chain), ([DER], complete), for the caller to read into the metadata; else None.
- *     None when the flow has neither a handshake nor an HTTP candidate.
+ *     None when the flow has neither a handshake nor an HTTP candidate. A decoded flow's samples (fastpath's
+ *     SampleList, sample_list.h) are read entry by entry, no Packet made: a candidate's payload is made as bytes.
  * SlotMaker(cls, names[, defaults])
  *     Makes objects of a slotted dataclass without its __init__ (sample_facts' hellos and metadata;
  *     slot_maker.h, the decoder's own in fastpath.c).
@@ -197,6 +198,7 @@ static PyObject *label_features(PyObject *module, PyObject *const *args, Py_ssiz
 }
 
 #include "dns_list.h"
+#include "sample_list.h"
 #include "dns_windows.h"
 #include "suffix_split.h"
 #include "behaviour_tally.h"
@@ -693,9 +695,46 @@ static int sample_direction(PyObject *value)
 /* Walks the samples once: the HTTP candidates appended to the request and response lists (the payload objects
  * themselves; a list made on first use), both directions joined, *handshake set when a sample opens a
  * handshake record. */
+/* fastpath.SampleList (sample_list.h): flow.samples as the analysis process decodes it (set by dpi_exec; NULL:
+ * every sequence goes the object path). */
+static PyTypeObject *sample_list_type;
+
+static int sample_list_init(void)
+{
+    return dnsw_fastpath_type("SampleList", (Py_ssize_t)offsetof(SampleListObject, entries),
+                              (Py_ssize_t)sizeof(SampleEntry), "sample_list.h", &sample_list_type);
+}
+
+/* classify_samples over a SampleList's entries: the same walk, each payload read where the list keeps it. */
+static int classify_entries(const SampleListObject *l, sample_join joins[2], int *handshake, PyObject **requests,
+                            PyObject **responses)
+{
+    for (Py_ssize_t i = 0; i < Py_SIZE(l); i++) {
+        const SampleEntry *e = &l->entries[i];
+        const unsigned char *p = e->size ? l->blob + e->payload : (const unsigned char *)"";
+        size_t n = e->size;
+        int status = 0;
+        if (n > 0 && p[0] == TLSH_HANDSHAKE)
+            *handshake = 1;
+        else if ((e->direction == 1 && n > 0 && ((p[0] | 0x20) >= 'a' && (p[0] | 0x20) <= 'z'))
+                 || (e->direction != 1 && n >= 5 && memcmp(p, "HTTP/", 5) == 0)) {
+            PyObject *payload = PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
+            status = payload == NULL ? -1 : append_lazily(e->direction == 1 ? requests : responses, payload);
+            Py_XDECREF(payload);
+        }
+        if (status < 0)
+            return -1;
+        if (e->direction != 0)
+            join_sample(&joins[e->direction - 1], p, n);
+    }
+    return 0;
+}
+
 static int classify_samples(PyObject *samples, sample_join joins[2], int *handshake, PyObject **requests,
                             PyObject **responses)
 {
+    if (sample_list_type != NULL && Py_IS_TYPE(samples, sample_list_type))
+        return classify_entries((const SampleListObject *)samples, joins, handshake, requests, responses);
     PyObject *seq = PySequence_Fast(samples, "sample_facts() takes a sequence of packets");
     if (seq == NULL)
         return -1;
@@ -934,7 +973,7 @@ static int dpi_exec(PyObject *module)
         return -1;
     if (PyType_Ready(&SlotMakerType) < 0 || PyModule_AddObjectRef(module, "SlotMaker", (PyObject *)&SlotMakerType) < 0)
         return -1;
-    if (dnsw_init(module) < 0)
+    if (dnsw_init(module) < 0 || sample_list_init() < 0)
         return -1;
     if (rc_init(module) < 0 || tg_init() < 0)
         return -1;

@@ -33,6 +33,7 @@
 #include "dns_wire.h"
 #include "slot_maker.h"
 #include "dns_list.h"
+#include "sample_list.h"
 
 #define NS_PER_MS 1000000LL
 #define OUTBOUND 1
@@ -2601,10 +2602,11 @@ static PyObject *dnsl_item(DnsListObject *l, Py_ssize_t i)
     return message;
 }
 
-/* Equal to a list (or DnsList) of equal messages, as the list it stands for. */
-static PyObject *dnsl_richcompare(PyObject *self, PyObject *other, int op)
+/* Shared by DnsList and SampleList, each a read-only sequence standing for the list of its items: equal to a list
+ * (or a list of its own type) of equal items, shown, joined, copied and pickled as that list. */
+static PyObject *lazy_richcompare(PyObject *self, PyObject *other, int op)
 {
-    if ((op != Py_EQ && op != Py_NE) || !(PyList_Check(other) || Py_IS_TYPE(other, &DnsListType)))
+    if ((op != Py_EQ && op != Py_NE) || !(PyList_Check(other) || Py_IS_TYPE(other, Py_TYPE(self))))
         Py_RETURN_NOTIMPLEMENTED;
     PyObject *mine = PySequence_List(self), *theirs = PySequence_List(other), *result = NULL;
     if (mine != NULL && theirs != NULL)
@@ -2614,7 +2616,7 @@ static PyObject *dnsl_richcompare(PyObject *self, PyObject *other, int op)
     return result;
 }
 
-static PyObject *dnsl_repr(PyObject *self)
+static PyObject *lazy_repr(PyObject *self)
 {
     PyObject *list = PySequence_List(self);
     if (list == NULL)
@@ -2624,7 +2626,7 @@ static PyObject *dnsl_repr(PyObject *self)
     return text;
 }
 
-static PyObject *dnsl_concat(PyObject *self, PyObject *other)
+static PyObject *lazy_concat(PyObject *self, PyObject *other)
 {
     PyObject *list = PySequence_List(self);
     if (list == NULL)
@@ -2634,8 +2636,16 @@ static PyObject *dnsl_concat(PyObject *self, PyObject *other)
     return joined;
 }
 
-/* Copied and pickled as the list it stands for. */
-static PyObject *dnsl_reduce(PyObject *self, PyObject *unused)
+/* How many of `n` items were made (their `made` array: NULL until the first is). */
+static PyObject *lazy_made(PyObject *const *made, Py_ssize_t n)
+{
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; made != NULL && i < n; i++)
+        count += made[i] != NULL;
+    return PyLong_FromSsize_t(count);
+}
+
+static PyObject *lazy_reduce(PyObject *self, PyObject *unused)
 {
     (void)unused;
     PyObject *list = PySequence_List(self);
@@ -2676,10 +2686,7 @@ static void dnsl_dealloc(DnsListObject *l)
 static PyObject *dnsl_get_made(DnsListObject *l, void *closure)
 {
     (void)closure;
-    Py_ssize_t made = 0;
-    for (Py_ssize_t i = 0; l->made != NULL && i < Py_SIZE(l); i++)
-        made += l->made[i] != NULL;
-    return PyLong_FromSsize_t(made);
+    return lazy_made(l->made, Py_SIZE(l));
 }
 
 static PyGetSetDef dnsl_getset[] = {
@@ -2689,12 +2696,12 @@ static PyGetSetDef dnsl_getset[] = {
 
 static PySequenceMethods dnsl_as_sequence = {
     .sq_length = (lenfunc)dnsl_length,
-    .sq_concat = dnsl_concat,
+    .sq_concat = lazy_concat,
     .sq_item = (ssizeargfunc)dnsl_item,
 };
 
-static PyMethodDef dnsl_methods[] = {
-    {"__reduce__", dnsl_reduce, METH_NOARGS, NULL},
+static PyMethodDef lazy_methods[] = {
+    {"__reduce__", lazy_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2708,10 +2715,10 @@ static PyTypeObject DnsListType = {
     .tp_dealloc = (destructor)dnsl_dealloc,
     .tp_traverse = (traverseproc)dnsl_traverse,
     .tp_clear = (inquiry)dnsl_clear,
-    .tp_repr = dnsl_repr,
-    .tp_richcompare = dnsl_richcompare,
+    .tp_repr = lazy_repr,
+    .tp_richcompare = lazy_richcompare,
     .tp_as_sequence = &dnsl_as_sequence,
-    .tp_methods = dnsl_methods,
+    .tp_methods = lazy_methods,
     .tp_getset = dnsl_getset,
     .tp_hash = PyObject_HashNotImplemented,
 };
@@ -2748,19 +2755,227 @@ static int on_sample(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
     return buf_push(ctx->out, make_owned(ctx->mk->make_packet, args, 15));
 }
 
+/* -- SampleList (sample_list.h) ------------------------------------------------------------------------ */
+static PyTypeObject SampleListType;
+
+/* A record's samples while it is read: their entries and encodings, grown as they come. */
+typedef struct {
+    SampleEntry *entries;
+    Py_ssize_t n, cap;
+    uint8_t *blob;
+    size_t used, room;
+} SampleBuild;
+
+static void sampleb_clear(SampleBuild *b)
+{
+    PyMem_Free(b->entries);
+    PyMem_Free(b->blob);
+    memset(b, 0, sizeof(*b));
+}
+
+/* One SamplePacket of a record: read now (a broken one fails the batch here, as when its Packet was made here), kept
+ * as its encoding, its payload's place and its direction. */
+static int on_sample_entry(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *end)
+{
+    (void)field;
+    SampleBuild *b = vctx;
+    MsgFields m;
+    int rc = read_message(p, end, KINDS(SAMPLE_KINDS), &m, NULL, NULL, 2);
+    uint64_t direction = msg_v(&m, S_DIRECTION);
+    const uint8_t *payload = m.has_span >> S_PAYLOAD & 1 ? m.at[S_PAYLOAD] : NULL;
+    uint32_t size = payload != NULL ? m.len[S_PAYLOAD] : 0;
+    msg_fields_clear(&m);
+    if (rc)
+        return -1;
+    size_t len = (size_t)(end - p);
+    if (len > UINT32_MAX || b->used + len > UINT32_MAX) {  /* a batch is far smaller: the channel bounds frames */
+        PyErr_SetString(PyExc_ValueError, "a flow's samples are too large to read");
+        return -1;
+    }
+    if (b->n == b->cap) {
+        Py_ssize_t cap = b->cap ? b->cap * 2 : 4;
+        SampleEntry *entries = PyMem_Realloc(b->entries, (size_t)cap * sizeof(SampleEntry));
+        if (entries == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->entries = entries;
+        b->cap = cap;
+    }
+    if (b->used + len > b->room) {
+        size_t room = (b->used + len) * 2 + 256;
+        uint8_t *blob = PyMem_Realloc(b->blob, room);
+        if (blob == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->blob = blob;
+        b->room = room;
+    }
+    if (len)
+        memcpy(b->blob + b->used, p, len);
+    b->entries[b->n++] = (SampleEntry){
+        .at = (uint32_t)b->used, .len = (uint32_t)len,
+        .payload = payload != NULL ? (uint32_t)(b->used + (size_t)(payload - p)) : 0, .size = size,
+        .direction = direction == 1 || direction == 2 ? (uint8_t)direction : 0,
+    };
+    b->used += len;
+    return 0;
+}
+
+/* The SampleList of what `b` holds (moved out of it, left empty), with the record's fields its Packets repeat;
+ * NULL with an exception. */
+static PyObject *samplel_from_build(SampleBuild *b, const RecordMakers *mk, PyObject *const head[H_COUNT],
+                                    PyObject *dns, uint32_t protocol)
+{
+    SampleListObject *l = PyObject_GC_NewVar(SampleListObject, &SampleListType, b->n);
+    if (l == NULL) {
+        sampleb_clear(b);
+        return NULL;
+    }
+    l->make_packet = Py_NewRef(mk->make_packet);
+    l->make_icmp = Py_NewRef(mk->make_icmp);
+    for (int i = 0; i < H_COUNT; i++)
+        l->head[i] = Py_NewRef(head[i]);
+    l->dns = Py_NewRef(dns);
+    l->protocol = protocol;
+    l->made = NULL;
+    l->blob = b->blob;
+    if (b->n)
+        memcpy(l->entries, b->entries, (size_t)b->n * sizeof(SampleEntry));
+    PyMem_Free(b->entries);
+    memset(b, 0, sizeof(*b));
+    PyObject_GC_Track(l);
+    return (PyObject *)l;
+}
+
+static Py_ssize_t samplel_length(SampleListObject *l)
+{
+    return Py_SIZE(l);
+}
+
+/* Entry i's Packet (a new reference), made from its encoding the first time it is asked for, as the decoder
+ * made it before (on_sample). */
+static PyObject *samplel_item(SampleListObject *l, Py_ssize_t i)
+{
+    if (i < 0 || i >= Py_SIZE(l)) {
+        PyErr_SetString(PyExc_IndexError, "SampleList index out of range");
+        return NULL;
+    }
+    if (l->made == NULL && (l->made = PyMem_Calloc((size_t)Py_SIZE(l), sizeof(PyObject *))) == NULL)
+        return PyErr_NoMemory();
+    if (l->made[i] != NULL)
+        return Py_NewRef(l->made[i]);
+    const SampleEntry *e = &l->entries[i];
+    RecordMakers mk = {.make_packet = l->make_packet, .make_icmp = l->make_icmp};
+    DecodeCache cache;
+    cache_init(&cache);
+    ItemBuf one;
+    buf_init(&one);
+    ReadCtx ctx = {.mk = &mk, .cache = &cache, .out = &one, .dns = l->dns, .protocol = l->protocol};
+    memcpy(ctx.head, l->head, sizeof(ctx.head));
+    const uint8_t *blob = l->blob != NULL ? l->blob : (const uint8_t *)""; /* none: every sample is empty */
+    int rc = on_sample(&ctx, S_RECORD_SAMPLES, blob + e->at, blob + e->at + e->len);
+    cache_clear(&cache);
+    if (rc < 0) {
+        buf_clear(&one);
+        if (!PyErr_Occurred())  /* read once already when the batch was: a failure here is a bug */
+            PyErr_SetString(PyExc_SystemError, "SampleList: a sample read before does not read again");
+        return NULL;
+    }
+    PyObject *packet = one.items[0];
+    one.n = 0;
+    buf_clear(&one);
+    if (l->made[i] != NULL) {  /* a maker that ran Python asked for it meanwhile: that one stays */
+        Py_DECREF(packet);
+        return Py_NewRef(l->made[i]);
+    }
+    l->made[i] = Py_NewRef(packet);
+    return packet;
+}
+
+static int samplel_traverse(SampleListObject *l, visitproc visit, void *arg)
+{
+    Py_VISIT(l->make_packet);
+    Py_VISIT(l->make_icmp);
+    Py_VISIT(l->dns);
+    for (int i = 0; i < H_COUNT; i++)
+        Py_VISIT(l->head[i]);
+    for (Py_ssize_t i = 0; l->made != NULL && i < Py_SIZE(l); i++)
+        Py_VISIT(l->made[i]);
+    return 0;
+}
+
+/* Breaks a cycle through the packets made (a caller stored the list in one of them, or in one of their DNS
+ * messages); the makers, the record's fields and the DnsList stay until dealloc, so an entry asked for again is
+ * made again, the same. */
+static int samplel_clear(SampleListObject *l)
+{
+    for (Py_ssize_t i = 0; l->made != NULL && i < Py_SIZE(l); i++)
+        Py_CLEAR(l->made[i]);
+    return 0;
+}
+
+static void samplel_dealloc(SampleListObject *l)
+{
+    PyObject_GC_UnTrack(l);
+    samplel_clear(l);
+    Py_CLEAR(l->make_packet);
+    Py_CLEAR(l->make_icmp);
+    Py_CLEAR(l->dns);
+    for (int i = 0; i < H_COUNT; i++)
+        Py_CLEAR(l->head[i]);
+    PyMem_Free(l->made);
+    PyMem_Free(l->blob);
+    PyObject_GC_Del(l);
+}
+
+static PyObject *samplel_get_made(SampleListObject *l, void *closure)
+{
+    (void)closure;
+    return lazy_made(l->made, Py_SIZE(l));
+}
+
+static PyGetSetDef samplel_getset[] = {
+    {"made", (getter)samplel_get_made, NULL, "how many of the samples were made into Packet objects so far", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods samplel_as_sequence = {
+    .sq_length = (lenfunc)samplel_length,
+    .sq_concat = lazy_concat,
+    .sq_item = (ssizeargfunc)samplel_item,
+};
+
+
+static PyTypeObject SampleListType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "appliance.native.fastpath.SampleList",
+    .tp_doc = "A flow's payload samples as decoded: a read-only sequence of Packet, each made when first asked for.",
+    .tp_basicsize = offsetof(SampleListObject, entries),
+    .tp_itemsize = sizeof(SampleEntry),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)samplel_dealloc,
+    .tp_traverse = (traverseproc)samplel_traverse,
+    .tp_clear = (inquiry)samplel_clear,
+    .tp_repr = lazy_repr,
+    .tp_richcompare = lazy_richcompare,
+    .tp_as_sequence = &samplel_as_sequence,
+    .tp_methods = lazy_methods,
+    .tp_getset = samplel_getset,
+    .tp_hash = PyObject_HashNotImplemented,
+};
+
 static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *end)
 {
     (void)field;
     ReadCtx *ctx = vctx;
     DecodeCache *c = ctx->cache;
-    ItemBuf items;
-    buf_init(&items);
     DnsBuild dnsb = {0};
-    ReadCtx sub = {.mk = ctx->mk, .cache = c, .out = &items, .dnsb = &dnsb};
+    ReadCtx sub = {.mk = ctx->mk, .cache = c, .dnsb = &dnsb};
     MsgFields m;
     if (read_message(p, end, KINDS(RECORD_KINDS), &m, on_dns_entry, &sub, 1)) {
         msg_fields_clear(&m);
-        buf_clear(&items);
         dnsb_clear(&dnsb);
         return -1;
     }
@@ -2791,17 +3006,24 @@ static int on_record(void *vctx, uint32_t field, const uint8_t *p, const uint8_t
     for (int i = 0; i < RF_COUNT + 1; i++)
         ok &= args[i] != NULL;
     const uint8_t *sampled = ctx->mk->sampled;
+    SampleBuild samples = {0};
     if (ok && later != NULL && (sampled == NULL || (protocol < 256 && sampled[protocol]))) {
-        PyObject *const head[H_COUNT] = {args[RF_PROTOCOL], args[RF_TRANSPORT], args[RF_LOCAL_IP],
-                                         args[RF_REMOTE_IP], args[RF_LOCAL_PORT], args[RF_REMOTE_PORT]};
-        memcpy(sub.head, head, sizeof(head));
-        sub.protocol = (uint32_t)protocol;
         MsgFields none;
-        ok = read_message(later, end, KINDS(RECORD_SAMPLE_KINDS), &none, on_sample, &sub, 1) == 0;
+        ok = read_message(later, end, KINDS(RECORD_SAMPLE_KINDS), &none, on_sample_entry, &samples, 1) == 0;
         msg_fields_clear(&none);
     }
-    args[RF_COUNT + 1] = ok ? buf_list(&items) : NULL; /* the samples, or none: make_owned releases the rest */
-    buf_clear(&items);
+    /* The samples as a SampleList (their Packets made when asked for), a plain empty list when there are none;
+     * NULL when they did not read: make_owned releases the rest. */
+    PyObject *list = NULL;
+    if (ok && samples.n == 0)
+        list = PyList_New(0);
+    else if (ok) {
+        PyObject *const head[H_COUNT] = {args[RF_PROTOCOL], args[RF_TRANSPORT], args[RF_LOCAL_IP],
+                                         args[RF_REMOTE_IP], args[RF_LOCAL_PORT], args[RF_REMOTE_PORT]};
+        list = samplel_from_build(&samples, ctx->mk, head, args[RF_COUNT], (uint32_t)protocol);
+    }
+    sampleb_clear(&samples);
+    args[RF_COUNT + 1] = list;
     return buf_push(ctx->out, make_owned(ctx->mk->make_record, args, RF_COUNT + 2));
 }
 
@@ -3167,7 +3389,7 @@ PyMODINIT_FUNC PyInit_fastpath(void)
     if ((kept_wire_kwnames = Py_BuildValue("(s)", "kept_wire")) == NULL)
         return NULL;
     if (PyType_Ready(&WireReaderType) < 0 || PyType_Ready(&FlowTableType) < 0 || PyType_Ready(&WireFlowType) < 0 || PyType_Ready(&OutboxType) < 0 ||
-        PyType_Ready(&SlotMakerType) < 0 || PyType_Ready(&DnsListType) < 0)
+        PyType_Ready(&SlotMakerType) < 0 || PyType_Ready(&DnsListType) < 0 || PyType_Ready(&SampleListType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&fastpath_module);
     if (m == NULL)
@@ -3177,7 +3399,8 @@ PyMODINIT_FUNC PyInit_fastpath(void)
         PyModule_AddObjectRef(m, "WireFlow", (PyObject *)&WireFlowType) < 0 ||
         PyModule_AddObjectRef(m, "Outbox", (PyObject *)&OutboxType) < 0 ||
         PyModule_AddObjectRef(m, "SlotMaker", (PyObject *)&SlotMakerType) < 0 ||
-        PyModule_AddObjectRef(m, "DnsList", (PyObject *)&DnsListType) < 0 || export_names(m) < 0) {
+        PyModule_AddObjectRef(m, "DnsList", (PyObject *)&DnsListType) < 0 ||
+        PyModule_AddObjectRef(m, "SampleList", (PyObject *)&SampleListType) < 0 || export_names(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

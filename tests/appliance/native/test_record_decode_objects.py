@@ -17,7 +17,7 @@ import pytest
 
 from appliance.flows import record_codec
 from appliance.model import FlowRecord
-from appliance.native.fastpath import DnsList
+from appliance.native.fastpath import DnsList, SampleList
 from tests.appliance.native.protowire import field_bytes, field_varint, mutated
 
 _NAMES = [b"", b"a", b"ab", b"example.com", b"www.example.com", b"www.example.con", b"x" * 7, b"x" * 8, b"x" * 9,
@@ -93,8 +93,13 @@ def random_batch(rng: random.Random, invalid: float = 0.0) -> bytes:
 
 def assert_identical(made: Any, expected: Any, path: str = "batch") -> None:
     """Equal and of the same type at every level (True and 1 are equal; a bool is not an int here). A flow's DNS
-    messages come as a DnsList (appliance/native/dns_list.h) where upb gives a list: its messages are compared."""
-    wanted = DnsList if path.endswith(".dns") and type(expected) is list else type(expected)
+    messages come as a DnsList (appliance/native/dns_list.h) and its samples, when it has any, as a SampleList
+    (sample_list.h) where upb gives a list: their messages and packets are compared."""
+    wanted = type(expected)
+    if path.endswith(".dns") and type(expected) is list:
+        wanted = DnsList
+    elif path.endswith(".samples") and type(expected) is list and expected:
+        wanted = SampleList
     assert type(made) is wanted, f"{path}: {type(made).__name__} != {wanted.__name__}"
     if dataclasses.is_dataclass(expected):
         assert gc.is_tracked(made), path  # the collector sees them as it sees the class's own
