@@ -2780,13 +2780,14 @@ static int on_sample_entry(void *vctx, uint32_t field, const uint8_t *p, const u
     (void)field;
     SampleBuild *b = vctx;
     MsgFields m;
-    int rc = read_message(p, end, KINDS(SAMPLE_KINDS), &m, NULL, NULL, 2);
+    if (read_message(p, end, KINDS(SAMPLE_KINDS), &m, NULL, NULL, 2)) {
+        msg_fields_clear(&m);
+        return -1;
+    }
     uint64_t direction = msg_v(&m, S_DIRECTION);
-    const uint8_t *payload = m.has_span >> S_PAYLOAD & 1 ? m.at[S_PAYLOAD] : NULL;
+    const uint8_t *payload = m.has_span >> S_PAYLOAD & 1 ? m.at[S_PAYLOAD] : NULL;  /* inside [p, end) */
     uint32_t size = payload != NULL ? m.len[S_PAYLOAD] : 0;
     msg_fields_clear(&m);
-    if (rc)
-        return -1;
     size_t len = (size_t)(end - p);
     if (len > UINT32_MAX || b->used + len > UINT32_MAX) {  /* a batch is far smaller: the channel bounds frames */
         PyErr_SetString(PyExc_ValueError, "a flow's samples are too large to read");
