@@ -692,9 +692,6 @@ static int sample_direction(PyObject *value)
     return 0;
 }
 
-/* Walks the samples once: the HTTP candidates appended to the request and response lists (the payload objects
- * themselves; a list made on first use), both directions joined, *handshake set when a sample opens a
- * handshake record. */
 /* fastpath.SampleList (sample_list.h): flow.samples as the analysis process decodes it (set by dpi_exec; NULL:
  * every sequence goes the object path). */
 static PyTypeObject *sample_list_type;
@@ -730,6 +727,9 @@ static int classify_entries(const SampleListObject *l, sample_join joins[2], int
     return 0;
 }
 
+/* Walks the samples once: the HTTP candidates appended to the request and response lists (the payload objects
+ * themselves; a list made on first use), both directions joined, *handshake set when a sample opens a
+ * handshake record. A SampleList's entries are read in place (classify_entries). */
 static int classify_samples(PyObject *samples, sample_join joins[2], int *handshake, PyObject **requests,
                             PyObject **responses)
 {
