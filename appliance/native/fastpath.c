@@ -2553,6 +2553,46 @@ static PyObject *dnsl_from_build(DnsBuild *b, const RecordMakers *mk)
     return (PyObject *)l;
 }
 
+/* Item i of a lazy list (DnsList, SampleList: `made` is its array of the objects made so far, NULL until the first).
+ * 1 with *out a new reference when the item was made before, 0 when it is to be made, -1 with an exception (an
+ * index out of range, no memory). */
+static int lazy_lookup(PyObject ***made, Py_ssize_t size, Py_ssize_t i, const char *list, PyObject **out)
+{
+    if (i < 0 || i >= size) {
+        PyErr_Format(PyExc_IndexError, "%s index out of range", list);
+        return -1;
+    }
+    if (*made == NULL && (*made = PyMem_Calloc((size_t)size, sizeof(PyObject *))) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if ((*made)[i] == NULL)
+        return 0;
+    *out = Py_NewRef((*made)[i]);
+    return 1;
+}
+
+/* The item a reader (returning `rc`) put in `one`, kept as made[i] and returned (a new reference); NULL with an
+ * exception. The entry was read once already when its batch was: a failure here is a bug. */
+static PyObject *lazy_keep(PyObject **made, Py_ssize_t i, ItemBuf *one, int rc, const char *what)
+{
+    if (rc < 0) {
+        buf_clear(one);
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_SystemError, "%s read before does not read again", what);
+        return NULL;
+    }
+    PyObject *item = one->items[0];
+    one->n = 0;
+    buf_clear(one);
+    if (made[i] != NULL) {  /* a maker that ran Python asked for it meanwhile: that one stays */
+        Py_DECREF(item);
+        return Py_NewRef(made[i]);
+    }
+    made[i] = Py_NewRef(item);
+    return item;
+}
+
 static Py_ssize_t dnsl_length(DnsListObject *l)
 {
     return Py_SIZE(l);
@@ -2561,14 +2601,10 @@ static Py_ssize_t dnsl_length(DnsListObject *l)
 /* Entry i's DnsMessage (a new reference), made from its encoding the first time it is asked for. */
 static PyObject *dnsl_item(DnsListObject *l, Py_ssize_t i)
 {
-    if (i < 0 || i >= Py_SIZE(l)) {
-        PyErr_SetString(PyExc_IndexError, "DnsList index out of range");
-        return NULL;
-    }
-    if (l->made == NULL && (l->made = PyMem_Calloc((size_t)Py_SIZE(l), sizeof(PyObject *))) == NULL)
-        return PyErr_NoMemory();
-    if (l->made[i] != NULL)
-        return Py_NewRef(l->made[i]);
+    PyObject *made = NULL;
+    int found = lazy_lookup(&l->made, Py_SIZE(l), i, "DnsList", &made);
+    if (found != 0)
+        return made;
     const DnsEntry *e = &l->entries[i];
     RecordMakers mk = {.make_dns = l->make_dns, .make_answer = l->make_answer};
     DecodeCache cache;
@@ -2585,21 +2621,7 @@ static PyObject *dnsl_item(DnsListObject *l, Py_ssize_t i)
     const uint8_t *blob = l->blob != NULL ? l->blob : (const uint8_t *)""; /* none: every message is empty */
     int rc = on_dns(&ctx, DM_ANSWERS, blob + e->at, blob + e->at + e->len);
     cache_clear(&cache);
-    if (rc < 0) {
-        buf_clear(&one);
-        if (!PyErr_Occurred())  /* read once already when the batch was: a failure here is a bug */
-            PyErr_SetString(PyExc_SystemError, "DnsList: a message read before does not read again");
-        return NULL;
-    }
-    PyObject *message = one.items[0];
-    one.n = 0;
-    buf_clear(&one);
-    if (l->made[i] != NULL) {  /* a maker that ran Python asked for it meanwhile: that one stays */
-        Py_DECREF(message);
-        return Py_NewRef(l->made[i]);
-    }
-    l->made[i] = Py_NewRef(message);
-    return message;
+    return lazy_keep(l->made, i, &one, rc, "DnsList: a message");
 }
 
 /* Shared by DnsList and SampleList, each a read-only sequence standing for the list of its items: equal to a list
@@ -2859,14 +2881,10 @@ static Py_ssize_t samplel_length(SampleListObject *l)
  * made it before (on_sample). */
 static PyObject *samplel_item(SampleListObject *l, Py_ssize_t i)
 {
-    if (i < 0 || i >= Py_SIZE(l)) {
-        PyErr_SetString(PyExc_IndexError, "SampleList index out of range");
-        return NULL;
-    }
-    if (l->made == NULL && (l->made = PyMem_Calloc((size_t)Py_SIZE(l), sizeof(PyObject *))) == NULL)
-        return PyErr_NoMemory();
-    if (l->made[i] != NULL)
-        return Py_NewRef(l->made[i]);
+    PyObject *made = NULL;
+    int found = lazy_lookup(&l->made, Py_SIZE(l), i, "SampleList", &made);
+    if (found != 0)
+        return made;
     const SampleEntry *e = &l->entries[i];
     RecordMakers mk = {.make_packet = l->make_packet, .make_icmp = l->make_icmp};
     DecodeCache cache;
@@ -2878,21 +2896,7 @@ static PyObject *samplel_item(SampleListObject *l, Py_ssize_t i)
     const uint8_t *blob = l->blob != NULL ? l->blob : (const uint8_t *)""; /* none: every sample is empty */
     int rc = on_sample(&ctx, S_RECORD_SAMPLES, blob + e->at, blob + e->at + e->len);
     cache_clear(&cache);
-    if (rc < 0) {
-        buf_clear(&one);
-        if (!PyErr_Occurred())  /* read once already when the batch was: a failure here is a bug */
-            PyErr_SetString(PyExc_SystemError, "SampleList: a sample read before does not read again");
-        return NULL;
-    }
-    PyObject *packet = one.items[0];
-    one.n = 0;
-    buf_clear(&one);
-    if (l->made[i] != NULL) {  /* a maker that ran Python asked for it meanwhile: that one stays */
-        Py_DECREF(packet);
-        return Py_NewRef(l->made[i]);
-    }
-    l->made[i] = Py_NewRef(packet);
-    return packet;
+    return lazy_keep(l->made, i, &one, rc, "SampleList: a sample");
 }
 
 static int samplel_traverse(SampleListObject *l, visitproc visit, void *arg)
