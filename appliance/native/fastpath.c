@@ -2481,6 +2481,34 @@ static int on_answer_peek(void *vctx, uint32_t field, const uint8_t *p, const ui
 }
 
 /* One of a record's DNS messages as a DnsList entry (the record's on_message for its dns field). */
+/* Room in a lazy list's build for one more entry (`entry_size` bytes each; `first` of them the first time) and
+ * `need` bytes of blob in all: 0, or -1 with MemoryError (what it had stays). */
+static int lazy_grow(void **entries, Py_ssize_t *cap, Py_ssize_t n, size_t entry_size, Py_ssize_t first,
+                     uint8_t **blob, size_t *room, size_t need)
+{
+    if (n == *cap) {
+        Py_ssize_t more = *cap ? *cap * 2 : first;
+        void *grown = PyMem_Realloc(*entries, (size_t)more * entry_size);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *entries = grown;
+        *cap = more;
+    }
+    if (need > *room) {
+        size_t bigger = need * 2 + 256;
+        uint8_t *grown = PyMem_Realloc(*blob, bigger);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *blob = grown;
+        *room = bigger;
+    }
+    return 0;
+}
+
 static int on_dns_entry(void *vctx, uint32_t field, const uint8_t *p, const uint8_t *end)
 {
     (void)field;
@@ -2493,27 +2521,9 @@ static int on_dns_entry(void *vctx, uint32_t field, const uint8_t *p, const uint
         return -1;
     }
     size_t len = (size_t)(end - p);
-    if (b->n == b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap * 2 : 16;
-        DnsEntry *entries = PyMem_Realloc(b->entries, (size_t)cap * sizeof(DnsEntry));
-        if (entries == NULL) {
-            msg_fields_clear(&m);
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->entries = entries;
-        b->cap = cap;
-    }
-    if (b->used + len > b->room) {
-        size_t room = (b->used + len) * 2 + 256;
-        uint8_t *blob = PyMem_Realloc(b->blob, room);
-        if (blob == NULL) {
-            msg_fields_clear(&m);
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->blob = blob;
-        b->room = room;
+    if (lazy_grow((void **)&b->entries, &b->cap, b->n, sizeof(DnsEntry), 16, &b->blob, &b->room, b->used + len) < 0) {
+        msg_fields_clear(&m);
+        return -1;
     }
     PyObject *qname = msg_str(&m, DM_QNAME, &ctx->cache->names);
     if (qname == NULL) {
@@ -2667,6 +2677,21 @@ static PyObject *lazy_made(PyObject *const *made, Py_ssize_t n)
     return PyLong_FromSsize_t(count);
 }
 
+/* The made items, for the collector: visited, and cleared to break a cycle through them (a caller stored the list
+ * in one); whatever makes them stays until dealloc, so an item asked for again is made again, the same. */
+static int lazy_visit(PyObject *const *made, Py_ssize_t n, visitproc visit, void *arg)
+{
+    for (Py_ssize_t i = 0; made != NULL && i < n; i++)
+        Py_VISIT(made[i]);
+    return 0;
+}
+
+static void lazy_clear(PyObject **made, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; made != NULL && i < n; i++)
+        Py_CLEAR(made[i]);
+}
+
 static PyObject *lazy_reduce(PyObject *self, PyObject *unused)
 {
     (void)unused;
@@ -2678,17 +2703,14 @@ static int dnsl_traverse(DnsListObject *l, visitproc visit, void *arg)
 {
     Py_VISIT(l->make_dns);
     Py_VISIT(l->make_answer);
-    for (Py_ssize_t i = 0; l->made != NULL && i < Py_SIZE(l); i++)
-        Py_VISIT(l->made[i]);
-    return 0;
+    return lazy_visit(l->made, Py_SIZE(l), visit, arg);
 }
 
 /* Breaks a cycle through the messages made (a caller stored the list in one of them); the makers stay until
  * dealloc, so an entry asked for again is made again rather than read through a NULL maker. */
 static int dnsl_clear(DnsListObject *l)
 {
-    for (Py_ssize_t i = 0; l->made != NULL && i < Py_SIZE(l); i++)
-        Py_CLEAR(l->made[i]);
+    lazy_clear(l->made, Py_SIZE(l));
     return 0;
 }
 
@@ -2815,26 +2837,8 @@ static int on_sample_entry(void *vctx, uint32_t field, const uint8_t *p, const u
         PyErr_SetString(PyExc_ValueError, "a flow's samples are too large to read");
         return -1;
     }
-    if (b->n == b->cap) {
-        Py_ssize_t cap = b->cap ? b->cap * 2 : 4;
-        SampleEntry *entries = PyMem_Realloc(b->entries, (size_t)cap * sizeof(SampleEntry));
-        if (entries == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->entries = entries;
-        b->cap = cap;
-    }
-    if (b->used + len > b->room) {
-        size_t room = (b->used + len) * 2 + 256;
-        uint8_t *blob = PyMem_Realloc(b->blob, room);
-        if (blob == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        b->blob = blob;
-        b->room = room;
-    }
+    if (lazy_grow((void **)&b->entries, &b->cap, b->n, sizeof(SampleEntry), 4, &b->blob, &b->room, b->used + len) < 0)
+        return -1;
     if (len)
         memcpy(b->blob + b->used, p, len);
     b->entries[b->n++] = (SampleEntry){
@@ -2906,9 +2910,7 @@ static int samplel_traverse(SampleListObject *l, visitproc visit, void *arg)
     Py_VISIT(l->dns);
     for (int i = 0; i < H_COUNT; i++)
         Py_VISIT(l->head[i]);
-    for (Py_ssize_t i = 0; l->made != NULL && i < Py_SIZE(l); i++)
-        Py_VISIT(l->made[i]);
-    return 0;
+    return lazy_visit(l->made, Py_SIZE(l), visit, arg);
 }
 
 /* Breaks a cycle through the packets made (a caller stored the list in one of them, or in one of their DNS
@@ -2916,8 +2918,7 @@ static int samplel_traverse(SampleListObject *l, visitproc visit, void *arg)
  * made again, the same. */
 static int samplel_clear(SampleListObject *l)
 {
-    for (Py_ssize_t i = 0; l->made != NULL && i < Py_SIZE(l); i++)
-        Py_CLEAR(l->made[i]);
+    lazy_clear(l->made, Py_SIZE(l));
     return 0;
 }
 
