@@ -180,6 +180,9 @@ def test_the_capture_process_gets_none_of_the_appliances_secrets(tmp_path: Path,
     try:
         pid = sup.begin(StartRequest(interface="lo")).pid
         assert pid
+        # The kernel sets a process's environment range late in exec, after Popen has seen the exec happen: read it
+        # once the stand-in's last program (sleep) shows in its command line, or an exec still under way reads empty.
+        assert wait_for(lambda: Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0"))
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         assert not [v for v in environ if b"secret" in v], environ
         assert any(v.startswith(b"PYTHONPATH=") for v in environ)
