@@ -1,7 +1,8 @@
 """Protocol facts parsed once per flow and shared by the DPI and signature layers.
 
-The layers run one after another on the analysis thread, so a one-entry cache keyed on the flow
-object is enough to parse each payload once however many layers ask.
+The pipeline runs the layers one after another over a batch of at most LAYER_BATCH flows (pipeline.py), so the
+facts of the last FACTS_KEPT flows asked for are kept, by flow object: each payload is parsed once however many
+layers ask.
 
 The samples of a TCP flow are walked once in C (`native_dpi.sample_facts`: which may open an HTTP request
 or response, both directions' handshake bytes joined, their hellos read, the Facts and TLS metadata made);
@@ -20,6 +21,7 @@ from appliance.detection.dpi.tls_meta import (METADATA_MAKERS, TlsMetadata, read
 from appliance.detection.dpi.tls_parse import ClientHello
 from appliance.model import FlowRecord, Transport
 from appliance.native import dpi as native_dpi
+from appliance.pipeline import LAYER_BATCH
 
 _OUTBOUND = 1
 _TCP = Transport.TCP
@@ -37,6 +39,10 @@ class Facts:
 
 
 _FACTS_MAKER = slot_maker(Facts)
+# How many flows' facts are kept at least: a batch's. Two generations of this many: a flow is forgotten FACTS_KEPT to
+# 2 * FACTS_KEPT flows parsed later, with no per-flow bookkeeping to find the oldest; a batch parses each of its flows
+# once at most, so every layer finds all of the batch's.
+FACTS_KEPT = LAYER_BATCH
 
 
 class FlowFacts:
@@ -45,16 +51,19 @@ class FlowFacts:
     def __init__(self, tls_views: bool = True, fingerprints: FingerprintMemo | None = None) -> None:
         self._tls_views = tls_views  # put the REST view of the TLS metadata on the record
         self._reader = sample_reader(fingerprints if fingerprints is not None else FingerprintMemo())
-        self._flow: FlowRecord | None = None
-        self._facts = Facts()
+        # id(flow) -> (flow, its facts): the flow is held, so its id is not another's while it is here.
+        self._kept: dict[int, tuple[FlowRecord, Facts]] = {}
+        self._older: dict[int, tuple[FlowRecord, Facts]] = {}
         self.tls_handshakes = 0  # flows with a ClientHello or ServerHello read
         self.tls_incomplete = 0  # of those, a hello cut by the sample size or split beyond the samples
         self.tls_unreadable = 0  # a sample opened a handshake record but no hello could be read
         self.tls_certificates_unreadable = 0  # server certificates `cryptography` could not read
 
     def facts(self, flow: FlowRecord) -> Facts:
-        if flow is self._flow:
-            return self._facts
+        key = id(flow)
+        kept = self._kept.get(key) or self._older.get(key)
+        if kept is not None:
+            return kept[1]
         found = None
         if flow.transport is _TCP:
             samples = flow.samples
@@ -86,8 +95,9 @@ class FlowFacts:
                     flow.tls = meta.view()
             elif handshake:  # a sample opened a handshake record, yet neither hello could be read
                 self.tls_unreadable += 1
-        self._flow = flow
-        self._facts = result
+        if len(self._kept) >= FACTS_KEPT:
+            self._older, self._kept = self._kept, {}
+        self._kept[key] = (flow, result)
         return result
 
 

@@ -20,7 +20,6 @@ Evidence names the domains, their kinds, their segmentation, and the resolved an
 
 from __future__ import annotations
 
-import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -29,10 +28,10 @@ from appliance.detection.detections import Throttle, make_detection
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import ramp
 from appliance.detection.dpi.dga_words import LabelShape, WordModel
+from appliance.detection.dpi.flow_scan import ScannedAnalyzer
 from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
 from appliance.native.dpi import DgaScanner, dga_unknown_since, dga_unresolved
 
-_log = logging.getLogger(__name__)
 # (the agent's state, newest timestamp, burst window due to close, a name failed and the judge can fire)
 Scanned = tuple["_AgentFailures", int, bool, bool]
 
@@ -57,7 +56,7 @@ class _AgentFailures:
     ttls: deque[int] = field(default_factory=lambda: deque(maxlen=64))  # TTLs of what did resolve lately
 
 
-class DgaSignals:
+class DgaSignals(ScannedAnalyzer):
     """The NXDOMAIN-burst and lexical DGA detectors, fed the DNS messages of finished flows.
 
     The loop over a flow's messages, and the start of the judge, is one C call (`DgaScanner.scan`: `dga_scan` bound
@@ -65,8 +64,11 @@ class DgaSignals:
     `dga_signals_reference.DgaSignalsReference`, which the tests hold it to.
     """
 
+    _skipped_event = "dga_flow_skipped"
+
     def __init__(self, domains: RegisteredDomains, words: WordModel, max_agents: int = _MAX_AGENTS,
                  max_domains: int = _MAX_DOMAINS, max_per_agent: int = _MAX_PER_AGENT) -> None:
+        super().__init__()
         self._domains = domains
         self._max_agents = max_agents
         self._max_domains = max_domains  # registered domains whose askers are counted
@@ -77,47 +79,27 @@ class DgaSignals:
         self._population_share = 0.0  # running mean of the agents' NXDOMAIN share per closed window
         self._population_windows = 0
         self._throttle = Throttle()
-        self._configured: AnalysisConfig | None = None
         self._scanner = DgaScanner(self._agents, self._new_state, self._askers, domains.memo, domains.split, max_agents,
                                    max_per_agent, max_domains)
-        self.out_of_range_flows = 0  # flows with a timestamp outside [0, 2**62): skipped, never seen by ingestion
 
     def analyze(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
-        if config is self._configured:  # _scan inlined: this runs for every DNS flow
-            try:
-                scanned = self._scanner.scan(flow)
-            except ValueError:
-                scanned = self._out_of_range(flow)
-        else:
-            scanned = self._scan(flow, config)
-        if scanned is None:  # the burst window runs on and no judge can fire: most flows
-            return []
+        self.configure(config)
+        scanned = self.scan(flow)
+        return [] if scanned is None else self.judge(flow, scanned, config)
+
+    def _configure_scanner(self, config: AnalysisConfig) -> None:
+        c = config.dga
+        self._scanner.configure(c.common_domain_agents, c.prevalence_window_s * _NS, int(c.burst_window_s * _NS),
+                                min(c.burst_min_domains, c.lexical_min_domains))
+
+    def judge(self, flow: FlowRecord, scanned: Scanned, config: AnalysisConfig) -> list[Detection]:
+        """The window closed by the scan, and the judge when it can fire (failed_any); a list of its own."""
         state, now_ns, close_due, failed_any = scanned
         if close_due:
             self._close_window(state, now_ns, config.dga.common_domain_agents)
         if not failed_any:
             return []
         return self._judge(flow, state, now_ns, config)
-
-    def _scan(self, flow: FlowRecord, config: AnalysisConfig) -> Scanned | None:
-        """The flow's messages into its agent's failures and the domains' askers (see `dga_scan`); failed_any only
-        when the judge can fire (the scan ran its start when the window runs on)."""
-        if config is not self._configured:
-            c = config.dga
-            self._scanner.configure(c.common_domain_agents, c.prevalence_window_s * _NS, int(c.burst_window_s * _NS),
-                                    min(c.burst_min_domains, c.lexical_min_domains))
-            self._configured = config
-        try:
-            return self._scanner.scan(flow)  # type: ignore[no-any-return]
-        except ValueError:
-            return self._out_of_range(flow)
-
-    def _out_of_range(self, flow: FlowRecord) -> None:
-        """Ingestion replaces timestamps from the future: a record from elsewhere, counted and skipped (the scan
-        checked it before any state changed)."""
-        self.out_of_range_flows += 1
-        if self.out_of_range_flows == 1:
-            _log.warning("dga_flow_skipped reason=timestamp_out_of_range flow_id=%s", flow.flow_id)
 
     @staticmethod
     def _new_state(first_ns: int) -> _AgentFailures:

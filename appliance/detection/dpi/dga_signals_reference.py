@@ -12,6 +12,7 @@ from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.detections import make_detection
 from appliance.detection.dpi.dga import ramp
 from appliance.detection.dpi.dga_signals import _NS, DgaSignals, Scanned, _AgentFailures
+from appliance.detection.dpi.flow_scan import ScannedInPython
 from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
 
 # NXDOMAIN only: a resolver outage answers SERVFAIL for every name of every host, which is no DGA.
@@ -19,7 +20,7 @@ _FAILED_RCODES = frozenset({3})
 _LOCAL_SUFFIXES = ("arpa", "local", "lan", "internal", "localdomain", "home")
 
 
-class DgaSignalsReference(DgaSignals):
+class DgaSignalsReference(ScannedInPython, DgaSignals):
     """`DgaSignals` with its per-message loop in Python (the twin of `dga_scan`)."""
 
     def _scan(self, flow: FlowRecord, config: AnalysisConfig) -> Scanned:

@@ -8,7 +8,6 @@ the correlator the second, independent-in-time detection it needs to raise an al
 
 from __future__ import annotations
 
-import logging
 import math
 from typing import Any
 
@@ -16,10 +15,10 @@ from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.detections import Throttle, make_detection
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import NameScorer, ramp
+from appliance.detection.dpi.flow_scan import ScannedAnalyzer
 from appliance.model import Category, Detection, FlowRecord, Severity, ip_str
 from appliance.native.dpi import AgentDns, DnsScanner, DomainWindow
 
-_log = logging.getLogger(__name__)
 # (agent, queries, newest timestamp, [(registered, window)] the tunneling judge may report or None, DGA judge due, flood
 # judge due): the scan runs each judge's first tests (the same arithmetic), so a judge runs only when it may report.
 Scanned = tuple[Any, int, int, "list[tuple[str, Any]] | None", bool, bool]
@@ -29,7 +28,7 @@ _MAX_KEYS = 100_000
 _MAX_EVENTS_PER_KEY = 4096
 
 
-class DnsAnalyzer:
+class DnsAnalyzer(ScannedAnalyzer):
     """Tunneling, DGA and flood detectors on the DNS messages of finished flows.
 
     The per-message accounting (windows per agent and registered domain, the agent's answers and scored
@@ -37,8 +36,11 @@ class DnsAnalyzer:
     `dns_reference.DnsAnalyzerReference`, is what the tests hold it to (it keeps the judges as they were).
     """
 
+    _skipped_event = "dns_flow_skipped"
+
     def __init__(self, domains: RegisteredDomains, scorer: NameScorer, max_keys: int = _MAX_KEYS,
                  max_events: int = _MAX_EVENTS_PER_KEY) -> None:
+        super().__init__()
         self._domains = domains
         self._scorer = scorer
         self._max_keys = max_keys  # agents, and (agent, registered domain) windows
@@ -48,21 +50,26 @@ class DnsAnalyzer:
         self._throttle = Throttle()
         self._scanner = DnsScanner(self._agents, self._windows, domains.memo, domains.split, scorer.memo, scorer.score,
                                    max_keys, max_events)
-        self._configured: AnalysisConfig | None = None
-        self.out_of_range_flows = 0  # flows with a timestamp outside [0, 2**62): skipped, never seen by ingestion
 
     def analyze(self, flow: FlowRecord, config: AnalysisConfig) -> list[Detection]:
         if not flow.dns or flow.remote_port != 53:
             return []
-        if config is self._configured:  # _scan inlined: this runs for every DNS flow
-            try:
-                scanned = self._scanner.scan(flow)
-            except ValueError:
-                scanned = self._out_of_range(flow)
-        else:
-            scanned = self._scan(flow, config)
-        if scanned is None:  # no judge is due: most flows
-            return []
+        self.configure(config)
+        scanned = self.scan(flow)
+        return [] if scanned is None else self.judge(flow, scanned, config)
+
+    # -- accounting ---------------------------------------------------------------------------
+    def _configure_scanner(self, config: AnalysisConfig) -> None:
+        t, g, f = config.dns_tunneling, config.dga, config.dns_flood
+        self._scanner.configure(int(t.window_s * _NS), t.min_queries, g.name_threshold, int(g.window_s * _NS),
+                                g.min_suspicious_domains, int(f.bucket_s * _NS), f.bucket_s, f.absolute_qps,
+                                f.baseline_min_qps, f.baseline_z, f.warmup_buckets, t.min_unique_subdomains,
+                                t.min_mean_subdomain_length, t.min_label_entropy, t.min_name_bytes,
+                                g.min_suspicious_share, g.nxdomain_min_responses, g.nxdomain_ratio)
+
+    # -- judgement ----------------------------------------------------------------------------
+    def judge(self, flow: FlowRecord, scanned: Scanned, config: AnalysisConfig) -> list[Detection]:
+        """What the judges the scan found due report for this flow (a list of its own)."""
         agent, queries, now_ns, judged, dga_due, flood_due = scanned
         out: list[Detection] = []
         resolver = ip_str(flow.remote_ip)
@@ -75,31 +82,6 @@ class DnsAnalyzer:
                 out.extend(self._judge_flood(flow, agent, resolver, now_ns, config))
         return out
 
-    # -- accounting ---------------------------------------------------------------------------
-    def _scan(self, flow: FlowRecord, config: AnalysisConfig) -> Scanned | None:
-        """Every message and the packet count of the flow into its agent's state; what the judges need, or
-        None when none is due."""
-        if config is not self._configured:
-            t, g, f = config.dns_tunneling, config.dga, config.dns_flood
-            self._scanner.configure(int(t.window_s * _NS), t.min_queries, g.name_threshold, int(g.window_s * _NS),
-                                    g.min_suspicious_domains, int(f.bucket_s * _NS), f.bucket_s, f.absolute_qps,
-                                    f.baseline_min_qps, f.baseline_z, f.warmup_buckets, t.min_unique_subdomains,
-                                    t.min_mean_subdomain_length, t.min_label_entropy, t.min_name_bytes,
-                                    g.min_suspicious_share, g.nxdomain_min_responses, g.nxdomain_ratio)
-            self._configured = config
-        try:
-            return self._scanner.scan(flow)  # type: ignore[no-any-return]
-        except ValueError:
-            return self._out_of_range(flow)
-
-    def _out_of_range(self, flow: FlowRecord) -> None:
-        """Ingestion replaces timestamps from the future and keeps first_ns <= last_ns: a record from elsewhere.
-        Counted and skipped (the scan checked it before any state changed)."""
-        self.out_of_range_flows += 1
-        if self.out_of_range_flows == 1:
-            _log.warning("dns_flow_skipped reason=timestamp_out_of_range flow_id=%s", flow.flow_id)
-
-    # -- judgement ----------------------------------------------------------------------------
     def _judge_tunneling(self, flow: FlowRecord, registered: str, w: DomainWindow, now_ns: int,
                          config: AnalysisConfig) -> list[Detection]:
         c = config.dns_tunneling

@@ -16,6 +16,7 @@ from appliance.detection.analysis_config import AnalysisConfig
 from appliance.detection.detections import make_detection
 from appliance.detection.dpi.dga import ramp, shannon_entropy
 from appliance.detection.dpi.dns import _NS, DnsAnalyzer, Scanned
+from appliance.detection.dpi.flow_scan import ScannedInPython
 from appliance.model import Category, Detection, DnsMessage, FlowRecord, Severity, ip_str
 
 _SUSPICIOUS_QTYPES = frozenset({16, 10, 5})  # TXT, NULL, CNAME: the record types tunnels favour
@@ -66,7 +67,7 @@ class _AgentDns:
         return len(self.responses)
 
 
-class DnsAnalyzerReference(DnsAnalyzer):
+class DnsAnalyzerReference(ScannedInPython, DnsAnalyzer):
     """`DnsAnalyzer` with its per-message accounting in Python (the twin of dns_windows.h)."""
 
     def _scan(self, flow: FlowRecord, config: AnalysisConfig) -> Scanned:

@@ -69,8 +69,11 @@ class TlsAnalyzer:
         self._configured: AnalysisConfig | None = None
         self._gate: tuple[Any, ...] = ()
 
-    def _configure(self, config: AnalysisConfig) -> None:
-        """tls_gate's state for this config: the prevalence's and resolver's maps, the ports, the rarity thresholds."""
+    def configure(self, config: AnalysisConfig) -> None:
+        """tls_gate's state for this config: the prevalence's and resolver's maps, the ports, the rarity thresholds
+        (nothing to do while it is the config in force)."""
+        if config is self._configured:
+            return
         c, p = config.tls, self.prevalence
         by_ip, maker = self._lookup.args
         self._gate = (_TCP, c.ports, p._agents_of, p._watched, p._max_fingerprints, p._max_agents, by_ip, maker,
@@ -78,18 +81,22 @@ class TlsAnalyzer:
         self._configured = config
 
     def analyze(self, flow: FlowRecord, facts: Facts, config: AnalysisConfig) -> list[Detection]:
-        if config is not self._configured:
-            self._configure(config)
-        tls, hello = facts.tls, facts.client_hello
+        self.configure(config)
         # Whether the flow can raise anything, the fingerprint's prevalence observed on the way (C: tls_gate.h):
         # most flows are resolved, their SNI among the names (or none), not rare, no chain in clear.
-        gate = tls_gate(flow, tls, hello, self._gate)
+        gate = tls_gate(flow, facts.tls, facts.client_hello, self._gate)
         if gate is None:
             return []
-        return self._judge(flow, facts, config, *gate)
+        return self.judge(flow, facts, config, *gate)
 
-    def _judge(self, flow: FlowRecord, facts: Facts, config: AnalysisConfig, rare: bool,
-               rarity: tuple[int, float, int] | None, resolution: Resolution | None) -> list[Detection]:
+    @property
+    def gate_state(self) -> tuple[Any, ...]:
+        """tls_gate's last argument under the config `configure` was last given, for a loop over many flows (the DPI
+        layer's): `tls_gate(flow, facts.tls, facts.client_hello, gate_state)`, and `judge` when it is not None."""
+        return self._gate
+
+    def judge(self, flow: FlowRecord, facts: Facts, config: AnalysisConfig, rare: bool,
+              rarity: tuple[int, float, int] | None, resolution: Resolution | None) -> list[Detection]:
         """What a flow the gate let through raises: `rarity` as FingerprintPrevalence.observe answered it (None when
         the agent had shown the fingerprint before or the flow has none), `rare` its verdict, the resolution or None."""
         c = config.tls

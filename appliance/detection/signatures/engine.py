@@ -18,7 +18,7 @@ from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.detections import Throttle, make_detection, transport_name
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.facts import FlowFacts
-from appliance.detection.signatures.matcher import FlowBinder, ItemMatcher, Scan, compile_flows, compile_lazy, compile_scan, record_of
+from appliance.detection.signatures.matcher import FlowBinder, FlowsAnalysis, ItemMatcher, Scan, compile_flows, compile_lazy, compile_scan, record_of
 from appliance.detection.signatures.rules import Rule, RuleProblem, load_directory
 from appliance.model import Detection, FlowRecord, Transport
 
@@ -105,6 +105,8 @@ class SignatureEngine:
     # straight to it (a method around it cost one more call, ~60 ns of the ~0.5 us a TLS flow costs here).
     # Each function holds one whole set: a flow is matched against the old set or the new one, never half.
     analyze: Callable[[FlowRecord], list[Detection]]
+    # `analyze_many(flows, failed=None)` -> [(index, detections)] (AnalysisLayer.analyze_many): the same body in a loop.
+    analyze_many: FlowsAnalysis
 
     @property
     def ruleset(self) -> RuleSet:
@@ -116,7 +118,7 @@ class SignatureEngine:
         self._bind(ruleset)
 
     def _bind(self, ruleset: RuleSet) -> None:
-        self.analyze = ruleset.bind(self._facts, self._detections)
+        self.analyze, self.analyze_many = ruleset.bind(self._facts, self._detections)
 
     # -- rule set -------------------------------------------------------------------------------
     @property

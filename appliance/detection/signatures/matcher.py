@@ -276,8 +276,10 @@ def compile_scan(protocol: str, rules: tuple[Rule, ...], match: ItemMatcher | No
 # by step then rule index. A rule set's analysis of a flow: bound once per engine to its payload facts cache and
 # to what makes detections of the hits, (flow) -> the detections (a new list per call).
 FlowAnalysis = Callable[[FlowRecord], list[Any]]
+# The same over many flows (AnalysisLayer.analyze_many): (flows, failed=None) -> [(index, detections)].
+FlowsAnalysis = Callable[..., list[tuple[int, list[Any]]]]
 Detect = Callable[[FlowRecord, Any, list[tuple[int, int, Any]]], list[Any]]
-FlowBinder = Callable[[Any, Detect], FlowAnalysis]
+FlowBinder = Callable[[Any, Detect], tuple[FlowAnalysis, FlowsAnalysis]]
 
 # Per protocol, its step of a plan as source: the matcher's body inline ({body}, matcher_source) on the flow (tcp,
 # udp) or on the payload facts (tls; fetched once per flow, at the first step that reads them), the matcher M{s}
@@ -327,33 +329,53 @@ def _plan_source(plan: int, steps: Sequence[tuple[str, tuple[Rule, ...], ItemMat
 
 
 def compile_flows(plans: dict[tuple[Transport, bool], tuple[Any, Sequence[tuple[str, tuple[Rule, ...], ItemMatcher, Scan]]]]) -> FlowBinder:
-    """One function for a rule set's plans, built once per load: per kind of flow (transport, has DNS), its plan
+    """Two functions for a rule set's plans, built once per load: per kind of flow (transport, has DNS), its plan
     (a value handed back to `detect` with the hits) and its steps, (protocol, rules, matcher, scan) each.
 
     What the scans one after the other would find, in one call per flow: the kind is told by two comparisons
     (no key tuple hashed), the flow's own record and its ClientHello are matched by their matchers' bodies
     written inline (with their own tables), the DNS messages by the C loop called straight from here, and
     the payload facts are read once (a TCP flow is matched against tcp, tls and http rules). Returned as
-    `bind(facts, detect)` -> the flow analysis: the facts cache and the engine's detections are closure cells,
-    so the engine hands the pipeline the generated function itself. The source holds only the table above,
-    step and plan numbers and matcher_source's bodies.
+    `bind(facts, detect)` -> (analysis of a flow, analysis of many: AnalysisLayer.analyze_many, the same body in a
+    loop): the facts cache and the engine's detections are closure cells, so the engine hands the pipeline the
+    generated functions themselves. The source holds only the table above, step and plan numbers and
+    matcher_source's bodies.
     """
     namespace: dict[str, Any] = {**_SOURCE_NAMES, "UNSET": _UNSET, "rule_indexes": rule_indexes, "first_hits": _first_hits,
                                  "dns_first_hits": dns_first_hits}
-    lines = ["def bind(facts, detect):", "    facts_of = facts.facts", "    def analyze(flow):", "        transport = flow.transport"]
+    # The body sets `detections` to the flow's (an empty list or None when there are none); the steps' own names are
+    # out, hits (bits), item, found (the facts) and v<n>.
+    body = ["transport = flow.transport"]
     kinds = [(transport, has_dns) for transport in _TRANSPORT_ORDER for has_dns in (True, False) if (transport, has_dns) in plans]
     for p, (transport, has_dns) in enumerate(kinds):
-        if p == 0 or kinds[p - 1][0] != transport:
+        first = p == 0 or kinds[p - 1][0] != transport
+        last = p + 1 == len(kinds) or kinds[p + 1][0] != transport
+        if first:
             namespace[f"X{p}"] = transport
-            lines.append(f"        if transport == X{p}:")
+            body.append(f"{'if' if p == 0 else 'elif'} transport == X{p}:")
+        # With DNS first; the plan without DNS after it is its else (one read of flow.dns for a TLS flow, not two).
+        body.append("    else:" if not first else "    if flow.dns:" if has_dns else "    if not flow.dns:")
         namespace[f"P{p}"], steps = plans[transport, has_dns]
-        # The plan with DNS returns: after it, the flow has none (one read of flow.dns for a TLS flow, not two).
-        after_dns = p > 0 and kinds[p - 1] == (transport, True)
-        lines += ["            if flow.dns:" if has_dns else "            if True:" if after_dns else "            if not flow.dns:",
-                  "                out = []"]
-        lines += [f"                {line}" for line in _plan_source(p, steps, namespace)]
-        lines.append(f"                return detect(flow, P{p}, out) if out else out")
-    lines += ["        return []", "    return analyze"]
+        body += ["        out = []"] + [f"        {line}" for line in _plan_source(p, steps, namespace)]
+        body.append(f"        detections = detect(flow, P{p}, out) if out else None")
+        if first and last:  # one kind of this transport: the other finds nothing
+            body += ["    else:", "        detections = None"]
+    body += ["else:", "    detections = None"] if kinds else ["detections = None"]
+    lines = ["def bind(facts, detect):", "    facts_of = facts.facts",
+             "    def analyze(flow):", *[f"        {line}" for line in body], "        return detections or []",
+             "    def analyze_many(flows, failed=None):",
+             "        flagged = []",
+             "        for i, flow in enumerate(flows):",
+             "            try:", *[f"                {line}" for line in body],
+             "            except Exception:",
+             "                if failed is None:",
+             "                    raise",
+             "                failed(flow)",
+             "                continue",
+             "            if detections:",
+             "                flagged.append((i, detections))",
+             "        return flagged",
+             "    return analyze, analyze_many"]
     exec(compile("\n".join(lines), "<signature plans>", "exec"), namespace)  # noqa: S102 - tables only, see above
     return namespace["bind"]  # type: ignore[no-any-return]
 

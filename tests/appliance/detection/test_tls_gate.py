@@ -71,7 +71,7 @@ def test_the_gate_answers_as_the_python_it_replaced_and_keeps_the_same_prevalenc
     caps = rng.choice([(3, 2), (2, 1), (100, 64)])
     resolver_c, resolver_py = _resolver(random.Random(seed)), _resolver(random.Random(seed))
     native, reference = _analyzer(resolver_c, *caps), _analyzer(resolver_py, *caps)
-    native._configure(config)
+    native.configure(config)
     answers = {"quiet": 0, "through": 0, "rare": 0}
     now_ns = 0
     for _ in range(3000):

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from appliance.detection.analysis_config import AnalysisConfig, DetectorConfig
@@ -74,6 +75,28 @@ def test_the_shipped_rules_find_the_same_on_the_scenario_corpus(tmp_path: Path):
     rules = {d[0] for d in found}
     assert len(found) >= 50 and len(rules) >= 8, rules  # the corpus trips most shipped rules
     assert {d[6]["protocol"] for d in found} >= {"dns", "tls", "http"}
+
+
+def test_the_loop_over_many_flows_finds_what_the_reference_finds_flow_by_flow(tmp_path: Path):
+    """`analyze_many` (the pipeline's call, the plans' body in a loop) on the bench corpus 256 flows at a time; a flow
+    the rules cannot read goes to `failed` and the loop goes on with the next."""
+    from bench.pipeline_bench import corpus, finished_flows
+
+    flows = finished_flows(corpus())
+    broken = replace(next(f for f in flows if f.transport is Transport.TCP), bytes_out=None)  # type: ignore[arg-type]
+    flows.insert(100, broken)
+    engine, reference = engines(RULES, report_interval_s=DetectorConfig().report_interval_s)
+    assert not engine.reload() and not reference.reload()
+    failed: list[FlowRecord] = []
+    found: dict[int, list[Detection]] = {}
+    for start in range(0, len(flows), 256):
+        found.update((start + i, d) for i, d in engine.analyze_many(flows[start:start + 256], failed.append))
+    assert failed == [broken]
+    want = {n: shown(d) for n, flow in enumerate(flows) if flow is not broken and (d := reference.analyze(flow))}
+    assert {n: shown(d) for n, d in found.items()} == want
+    assert len(want) >= 30
+    with pytest.raises(TypeError):
+        engine.analyze_many([broken])  # no `failed`: the caller's exception
 
 
 # -- random rule sets over random flows --------------------------------------------------------
@@ -202,8 +225,13 @@ def test_random_rule_sets_over_random_flows_find_the_same(tmp_path: Path):
         engine.ruleset = reference.ruleset = RuleSet.of(rules)
         operators |= {c.op for r in rules for c in r.conditions}
         fields |= {c.field for r in rules for c in r.conditions}
-        for flow in flows:
-            fast, slow = shown(engine.analyze(flow)), shown(reference.analyze(flow))
+        many: dict[int, list[Detection]] = {}
+        if round_ % 2:  # every other set through the loop over many flows (the pipeline's), 100 at a time
+            for start in range(0, len(flows), 100):
+                many.update((start + i, found) for i, found in engine.analyze_many(flows[start:start + 100]))
+        for n, flow in enumerate(flows):
+            fast = shown(many.get(n, [])) if round_ % 2 else shown(engine.analyze(flow))
+            slow = shown(reference.analyze(flow))
             assert fast == slow, (round_, flow.flow_id)
             protocols_hit |= {d[6]["protocol"] for d in fast}
             if flow.dns and any(d[6]["protocol"] == "dns" and d[6]["matched"].get("dns.qname", flow.dns[0].qname) != flow.dns[0].qname
