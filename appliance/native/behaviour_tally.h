@@ -1092,6 +1092,60 @@ static PyObject *BehaviourCore_analyze(BehaviourCoreObject *self, PyObject *flow
     return out;
 }
 
+/* analyze_many(flows, failed=None) -> [(index, detections)]: analyze on each flow of the list in turn, for the flows that
+ * raised any (pipeline.AnalysisLayer.analyze_many). A flow whose analysis raises an Exception is handed to failed(flow)
+ * with that exception as the one being handled (what `except` gives Python: a logger's exception() reads it), and the
+ * loop goes on; without `failed`, or for anything that is not an Exception, the error is the caller's. */
+static PyObject *BehaviourCore_analyze_many(BehaviourCoreObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "analyze_many(flows: list, failed=None)");
+        return NULL;
+    }
+    PyObject *flows = args[0], *failed = nargs > 1 ? args[1] : Py_None;
+    PyObject *flagged = PyList_New(0);
+    if (flagged == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(flows); i++) { /* the size read again: failed() may change the list */
+        PyObject *flow = Py_NewRef(PyList_GET_ITEM(flows, i));
+        PyObject *found = BehaviourCore_analyze(self, flow);
+        int bad = 0;
+        if (found == NULL) {
+            if (failed == Py_None || !PyErr_ExceptionMatches(PyExc_Exception)) {
+                bad = 1;
+            } else {
+                PyObject *type, *value, *traceback;
+                PyErr_Fetch(&type, &value, &traceback);
+                PyErr_NormalizeException(&type, &value, &traceback);
+                if (traceback != NULL)
+                    PyException_SetTraceback(value, traceback);
+                PyObject *outer = PyErr_GetHandledException();
+                PyErr_SetHandledException(value);
+                PyObject *done = PyObject_CallOneArg(failed, flow);
+                PyErr_SetHandledException(outer);
+                Py_XDECREF(outer);
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(traceback);
+                bad = done == NULL;
+                Py_XDECREF(done);
+            }
+        } else if (PyList_GET_SIZE(found) > 0) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            PyObject *pair = dnsw_pair(index, Py_NewRef(found));
+            bad = pair == NULL || PyList_Append(flagged, pair) < 0;
+            Py_XDECREF(pair);
+        }
+        Py_XDECREF(found);
+        Py_DECREF(flow);
+        if (bad) {
+            Py_DECREF(flagged);
+            return NULL;
+        }
+    }
+    return flagged;
+}
+
 /* -- the type --------------------------------------------------------------------------------------- */
 static int BehaviourCore_init(BehaviourCoreObject *self, PyObject *args, PyObject *kwds)
 {
@@ -1173,6 +1227,9 @@ static void BehaviourCore_dealloc(BehaviourCoreObject *self)
 
 static PyMethodDef BehaviourCore_methods[] = {
     {"analyze", (PyCFunction)BehaviourCore_analyze, METH_O, "analyze(flow) -> list[Detection]: the behaviour layer's detections."},
+    {"analyze_many", (PyCFunction)(void (*)(void))BehaviourCore_analyze_many, METH_FASTCALL,
+     "analyze_many(flows, failed=None) -> [(index, detections)] of the flows that raised any; a flow whose analysis raises "
+     "goes to failed(flow) (inside the exception) and the next goes on."},
     {"beacon_figures", (PyCFunction)(void (*)(void))BehaviourCore_beacon_figures, METH_FASTCALL | METH_STATIC,
      "beacon_figures(series, min_interval_s) -> (connections, median, cv, mad/median | None, bowley | None, missed, "
      "size_cv, first start), () when too few intervals, None when only the Python gives the exact figures."},

@@ -109,3 +109,74 @@ def test_an_uninitialised_core_refuses_to_analyse() -> None:
     core = BehaviourCore.__new__(BehaviourCore)
     with pytest.raises(RuntimeError):
         core.analyze(random_flows(seed=26, count=1)[0])
+
+
+def test_the_loop_over_many_flows_gives_what_the_reference_gives_flow_by_flow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`analyze_many` (the pipeline's call) 100 flows at a time: the flagged flows' indexes in their list and their
+    detections, as the reference flow by flow; the state alike after."""
+    from tests.appliance.detection.behaviour_flows import as_dicts, state_of
+
+    holder = AnalysisConfigHolder(eager_config(random.Random(25)))
+    fast, reference = layers(holder, 8, monkeypatch)
+    flows = random_flows(seed=25, count=1200, agents=6)
+    got: dict[int, list[dict]] = {}
+    for start in range(0, len(flows), 100):
+        got.update((start + i, as_dicts(found)) for i, found in fast.analyze_many(flows[start:start + 100]))
+    want = {i: found for i, flow in enumerate(flows) if (found := as_dicts(reference.analyze(flow)))}
+    assert got == want and len(want) > 10
+    assert state_of(fast) == state_of(reference)
+
+
+class _Interrupting:
+    """Not a flow: reading it raises what is not an Exception."""
+
+    @property
+    def agent_id(self) -> str:
+        raise _Stop
+
+
+class _Stop(BaseException):
+    pass
+
+
+def test_a_flow_the_loop_fails_on_goes_to_failed_inside_its_exception_and_the_loop_goes_on() -> None:
+    import sys
+
+    holder = AnalysisConfigHolder(eager_config(random.Random(26)))
+    fast, _ = layers(holder)
+    flows: list = random_flows(seed=26, count=20, agents=1)
+    seen: list[tuple[object, object]] = []
+    broken = object()  # no agent_id
+    flows.insert(5, broken)
+    fast.analyze_many(flows, lambda flow: seen.append((flow, sys.exc_info()[1])))
+    assert len(seen) == 1 and seen[0][0] is broken and isinstance(seen[0][1], AttributeError)
+    assert sys.exc_info() == (None, None, None)  # nothing left handled after the loop
+    assert fast._volume  # the other flows were counted
+    with pytest.raises(AttributeError):
+        fast.analyze_many([broken])  # no `failed`: the caller's exception
+    with pytest.raises(_Stop):
+        fast.analyze_many([_Interrupting()], seen.append)  # not an Exception: never swallowed
+    for wrong in ((tuple(flows),), (flows, None, None), ()):
+        with pytest.raises(TypeError):
+            fast.analyze_many(*wrong)
+
+
+def test_the_loop_holds_no_memory_past_its_bounds_through_failures(monkeypatch: pytest.MonkeyPatch) -> None:
+    holder = AnalysisConfigHolder(eager_config(random.Random(27)))
+    fast, _ = layers(holder, 6, monkeypatch)
+    flows: list = random_flows(seed=27, count=2000, agents=10)
+    flows[::5] = [object()] * len(flows[::5])  # one flow in five fails
+    failures: list[int] = []
+    fast.analyze_many(flows, lambda flow: failures.append(1))  # warm
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for _ in range(3):
+            fast.analyze_many(flows, lambda flow: None)
+        gc.collect()
+        grown = sum(s.size_diff for s in tracemalloc.take_snapshot().compare_to(before, "filename"))
+    finally:
+        tracemalloc.stop()
+    assert len(failures) == 400
+    assert grown < 64_000, grown  # a reference leaked per flow or per failure would be thousands of objects
