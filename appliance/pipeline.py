@@ -1,12 +1,13 @@
 """AnalysisPipeline: the seam from finished flows to detections to correlated alerts.
 
 Flows arrive from the tracker through a bounded queue (overflow is counted, never silent) and
-are analysed on one worker thread: every layer sees every flow independently, then the
-detections go to correlation. Layers and the correlator are handed in by the composition root.
+are analysed on one worker thread: every layer sees every flow independently (layer by layer over
+a batch, `process_all`), then each flow's detections go to correlation. Layers and the correlator
+are handed in by the composition root.
 
 The queue is shared fairly between agents (`analysis.fair_queue`). The same pipeline runs in the
 analysis process (`analysis.worker`, the default) or on a thread of the server (`analysis.worker:
-thread`); in the process it is driven batch by batch through `process`, without its own thread.
+thread`); in the process it is driven batch by batch through `process_all`, without its own thread.
 """
 
 from __future__ import annotations

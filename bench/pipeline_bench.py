@@ -62,7 +62,7 @@ def settings(tmp: Path, tls: bool = False, worker: str = "thread"):  # noqa: ANN
         "paths": {"state_dir": str(tmp / "state"), "signatures_dir": str(signatures), "certs_dir": str(tmp / "certs"),
                   "static_dir": str(tmp / "static")},
         "limits": {"analysis_queue": 1_000_000},
-        # The layers measured in this process, one flow at a time (end to end: as the appliance runs them).
+        # The layers measured in this process, a batch at a time (end to end: as the appliance runs them).
         "analysis": {"worker": worker},
     }, "bench")
 
