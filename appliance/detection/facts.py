@@ -2,7 +2,8 @@
 
 The pipeline runs the layers one after another over a batch of at most LAYER_BATCH flows (pipeline.py), so the
 facts of the last FACTS_KEPT flows asked for are kept, by flow object: each payload is parsed once however many
-layers ask.
+layers ask. The memo, and the way to the facts when nothing needs Python, are C (`native_dpi.FactsMemo`,
+facts_memo.h); FlowFacts finishes in Python what is rare (HTTP payloads, a chain in clear, the REST view).
 
 The samples of a TCP flow are walked once in C (`native_dpi.sample_facts`: which may open an HTTP request
 or response, both directions' handshake bytes joined, their hellos read, the Facts and TLS metadata made);
@@ -21,11 +22,11 @@ from appliance.detection.dpi.tls_meta import (METADATA_MAKERS, TlsMetadata, read
 from appliance.detection.dpi.tls_parse import ClientHello
 from appliance.model import FlowRecord, Transport
 from appliance.native import dpi as native_dpi
+from appliance.native.dpi import FactsMemo
 from appliance.pipeline import LAYER_BATCH
 
 _OUTBOUND = 1
 _TCP = Transport.TCP
-_sample_facts = native_dpi.sample_facts
 
 
 @dataclass(slots=True)
@@ -45,60 +46,46 @@ _FACTS_MAKER = slot_maker(Facts)
 FACTS_KEPT = LAYER_BATCH
 
 
-class FlowFacts:
-    """`facts(flow)` parses the flow's samples on first use and returns the same object after."""
+class FlowFacts(FactsMemo):
+    """`facts(flow)` parses the flow's samples on first use and returns the same object after (FactsMemo.facts, C:
+    appliance/native/facts_memo.h, for the last FACTS_KEPT to 2 * FACTS_KEPT flows asked for). What is rare, HTTP
+    payloads to parse, a server chain in clear, the REST view on the record, is finished here (`_finish`)."""
 
     def __init__(self, tls_views: bool = True, fingerprints: FingerprintMemo | None = None) -> None:
+        reader = sample_reader(fingerprints if fingerprints is not None else FingerprintMemo())
+        # tls_handshakes (flows with a ClientHello or ServerHello read), tls_incomplete (of those, a hello cut by the
+        # sample size or split beyond the samples) and tls_unreadable (a sample opened a handshake record but no hello
+        # could be read) are FactsMemo's counters.
+        super().__init__(reader, self._finish, _TCP, Facts, FACTS_KEPT, tls_views)
         self._tls_views = tls_views  # put the REST view of the TLS metadata on the record
-        self._reader = sample_reader(fingerprints if fingerprints is not None else FingerprintMemo())
-        # id(flow) -> (flow, its facts): the flow is held, so its id is not another's while it is here.
-        self._kept: dict[int, tuple[FlowRecord, Facts]] = {}
-        self._older: dict[int, tuple[FlowRecord, Facts]] = {}
-        self.tls_handshakes = 0  # flows with a ClientHello or ServerHello read
-        self.tls_incomplete = 0  # of those, a hello cut by the sample size or split beyond the samples
-        self.tls_unreadable = 0  # a sample opened a handshake record but no hello could be read
         self.tls_certificates_unreadable = 0  # server certificates `cryptography` could not read
 
-    def facts(self, flow: FlowRecord) -> Facts:
-        key = id(flow)
-        kept = self._kept.get(key) or self._older.get(key)
-        if kept is not None:
-            return kept[1]
-        found = None
-        if flow.transport is _TCP:
-            samples = flow.samples
-            if samples:
-                found = _sample_facts(samples, self._reader)
-        if found is None:
-            result = Facts()
-        else:
-            result, requests, responses, handshake, chain = found
-            if requests is not None:
-                for payload in requests:
-                    request = parse_request(payload)
-                    if request is not None:
-                        result.http_requests.append(request)
-            if responses is not None:
-                for payload in responses:
-                    response = parse_response(payload)
-                    if response is not None:
-                        result.http_responses.append(response)
-            meta = result.tls
-            if meta is not None:
-                if chain is not None:
-                    read_chain(meta, chain)
-                    self.tls_certificates_unreadable += meta.certificates_unreadable
-                self.tls_handshakes += 1
-                if not meta.complete:
-                    self.tls_incomplete += 1
-                if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
-                    flow.tls = meta.view()
-            elif handshake:  # a sample opened a handshake record, yet neither hello could be read
-                self.tls_unreadable += 1
-        if len(self._kept) >= FACTS_KEPT:
-            self._older, self._kept = self._kept, {}
-        self._kept[key] = (flow, result)
-        return result
+    def _finish(self, flow: FlowRecord, found: tuple[Any, ...]) -> Facts:
+        """The facts of a flow whose samples hold what only Python reads, from sample_facts' answer, counted."""
+        result, requests, responses, handshake, chain = found
+        if requests is not None:
+            for payload in requests:
+                request = parse_request(payload)
+                if request is not None:
+                    result.http_requests.append(request)
+        if responses is not None:
+            for payload in responses:
+                response = parse_response(payload)
+                if response is not None:
+                    result.http_responses.append(response)
+        meta = result.tls
+        if meta is not None:
+            if chain is not None:
+                read_chain(meta, chain)
+                self.tls_certificates_unreadable += meta.certificates_unreadable
+            self.tls_handshakes += 1
+            if not meta.complete:
+                self.tls_incomplete += 1
+            if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
+                flow.tls = meta.view()
+        elif handshake:  # a sample opened a handshake record, yet neither hello could be read
+            self.tls_unreadable += 1
+        return result  # type: ignore[no-any-return]
 
 
 def sample_reader(memo: FingerprintMemo) -> tuple[Any, ...]:

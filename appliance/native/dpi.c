@@ -872,14 +872,30 @@ static PyObject *metadata_object(PyObject *reader, SlotMaker *maker, PyObject *c
 }
 
 /* sample_facts(samples, reader): see the top of this file. */
-static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *sample_facts_read(PyObject *samples, PyObject *reader);
+
+static int sample_reader_checked(PyObject *reader)
 {
-    if (nargs != 2 || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != READER_ITEMS) {
+    if (!PyTuple_Check(reader) || PyTuple_GET_SIZE(reader) != READER_ITEMS) {
         PyErr_SetString(PyExc_TypeError, "sample_facts(samples, (ClientHello maker, ServerHello maker, TlsMetadata "
                                          "maker, Facts maker, JA4 memo, JA3 memo, JA4S memo))");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "sample_facts(samples, reader) takes two arguments");
         return NULL;
     }
-    PyObject *reader = args[1];
+    return sample_reader_checked(args[1]) ? sample_facts_read(args[0], args[1]) : NULL;
+}
+
+/* sample_facts with its reader checked by the caller (a tuple of READER_ITEMS). */
+static PyObject *sample_facts_read(PyObject *samples, PyObject *reader)
+{
     SlotMaker *makers[4] = {reader_maker(reader, 0, CLIENT_FIELDS), reader_maker(reader, 1, SERVER_FIELDS),
                                   reader_maker(reader, 2, METADATA_FIELDS), reader_maker(reader, 3, FACTS_FIELDS)};
     if (makers[0] == NULL || makers[1] == NULL || makers[2] == NULL || makers[3] == NULL)
@@ -889,7 +905,7 @@ static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_
     joins[0].open = joins[1].open = 0;
     int handshake = 0;
     PyObject *requests = NULL, *responses = NULL;
-    if (classify_samples(args[0], joins, &handshake, &requests, &responses) < 0) {
+    if (classify_samples(samples, joins, &handshake, &requests, &responses) < 0) {
         Py_XDECREF(requests);
         Py_XDECREF(responses);
         return NULL;
@@ -914,6 +930,8 @@ static PyObject *sample_facts(PyObject *module, PyObject *const *args, Py_ssize_
                           responses != NULL ? responses : Py_NewRef(Py_None), PyBool_FromLong(handshake), chain};
     return tuple_of(items, 5);
 }
+
+#include "facts_memo.h"
 
 static PyMethodDef dpi_functions[] = {
     {"sample_facts", (PyCFunction)(void (*)(void))sample_facts, METH_FASTCALL,
@@ -978,6 +996,8 @@ static int dpi_exec(PyObject *module)
     if (rc_init(module) < 0 || tg_init() < 0)
         return -1;
     if (ws_init(module) < 0)
+        return -1;
+    if (fm_init(module) < 0)
         return -1;
     return bhv_init(module) < 0 ? -1 : nm_init(module);
 }
