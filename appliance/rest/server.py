@@ -101,7 +101,7 @@ class HttpServer:
         self.tls = self._ssl is not None
         self.name = name
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.create_server((host, port), family=family, backlog=512, reuse_port=False)
+        self._sock = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG, reuse_port=False)
         self._sock.setblocking(False)
         self._workers = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"{name}-worker")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -130,7 +130,9 @@ class HttpServer:
         asyncio.set_event_loop(loop)
         self._loop = loop
         loop.set_exception_handler(_quiet_exception_handler)
-        server = loop.run_until_complete(asyncio.start_server(self._connection, sock=self._sock, limit=_READ_SIZE))
+        # The backlog again: asyncio listens anew when it starts serving, with its own default (100) unless told.
+        server = loop.run_until_complete(asyncio.start_server(self._connection, sock=self._sock, limit=_READ_SIZE,
+                                                              backlog=LISTEN_BACKLOG))
         self._ready.set()
         try:
             loop.run_forever()
@@ -372,6 +374,10 @@ class HttpServer:
             pass
 
 
+# Connections the kernel holds for the event loop to accept. When they are more, a new client's SYN is dropped and
+# it tries again a second later: a burst of slow clients (tests/appliance/security/test_slow_clients.py) would cost
+# everyone else that second while the loop shakes hands.
+LISTEN_BACKLOG = 512
 LINGER_SECONDS = 1.0  # after a refusal, how long what the client still sends is read and discarded
 LINGER_BYTES = 64 << 10
 

@@ -41,3 +41,15 @@ def test_plain_http_on_the_https_port_fails_that_connection_only(appliance):
         except OSError:
             pass
     assert _status(appliance)[0] == 200
+
+
+def test_the_listener_keeps_its_backlog_once_serving(appliance):
+    """The kernel holds LISTEN_BACKLOG connections for the event loop (asyncio would listen again with 100): a burst
+    of clients does not drop another's SYN, which would cost it a second."""
+    import subprocess
+
+    from appliance.rest.server import LISTEN_BACKLOG
+
+    port = int(appliance.rest.base.rsplit(":", 1)[1])
+    listening = subprocess.run(["ss", "-H", "-ltn", f"sport = :{port}"], capture_output=True, text=True, check=True).stdout.split()
+    assert listening[0] == "LISTEN" and int(listening[2]) == LISTEN_BACKLOG == 512, listening
