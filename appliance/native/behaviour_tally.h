@@ -1093,9 +1093,8 @@ static PyObject *BehaviourCore_analyze(BehaviourCoreObject *self, PyObject *flow
 }
 
 /* analyze_many(flows, failed=None) -> [(index, detections)]: analyze on each flow of the list in turn, for the flows that
- * raised any (pipeline.AnalysisLayer.analyze_many). A flow whose analysis raises an Exception is handed to failed(flow)
- * with that exception as the one being handled (what `except` gives Python: a logger's exception() reads it), and the
- * loop goes on; without `failed`, or for anything that is not an Exception, the error is the caller's. */
+ * raised any (pipeline.AnalysisLayer.analyze_many). A flow whose analysis raises an Exception goes to failed(flow)
+ * (loop_failure.h) and the loop goes on. */
 static PyObject *BehaviourCore_analyze_many(BehaviourCoreObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs < 1 || nargs > 2 || !PyList_Check(args[0])) {
@@ -1111,25 +1110,7 @@ static PyObject *BehaviourCore_analyze_many(BehaviourCoreObject *self, PyObject 
         PyObject *found = BehaviourCore_analyze(self, flow);
         int bad = 0;
         if (found == NULL) {
-            if (failed == Py_None || !PyErr_ExceptionMatches(PyExc_Exception)) {
-                bad = 1;
-            } else {
-                PyObject *type, *value, *traceback;
-                PyErr_Fetch(&type, &value, &traceback);
-                PyErr_NormalizeException(&type, &value, &traceback);
-                if (traceback != NULL)
-                    PyException_SetTraceback(value, traceback);
-                PyObject *outer = PyErr_GetHandledException();
-                PyErr_SetHandledException(value);
-                PyObject *done = PyObject_CallOneArg(failed, flow);
-                PyErr_SetHandledException(outer);
-                Py_XDECREF(outer);
-                Py_XDECREF(type);
-                Py_XDECREF(value);
-                Py_XDECREF(traceback);
-                bad = done == NULL;
-                Py_XDECREF(done);
-            }
+            bad = loop_hand_failure(failed, flow) < 0;
         } else if (PyList_GET_SIZE(found) > 0) {
             PyObject *index = PyLong_FromSsize_t(i);
             PyObject *pair = dnsw_pair(index, Py_NewRef(found));

@@ -201,6 +201,7 @@ static PyObject *label_features(PyObject *module, PyObject *const *args, Py_ssiz
 #include "sample_list.h"
 #include "dns_windows.h"
 #include "suffix_split.h"
+#include "loop_failure.h"
 #include "behaviour_tally.h"
 #include "signature_scan.h"
 #include "name_model.h"
@@ -932,6 +933,7 @@ static PyObject *sample_facts_read(PyObject *samples, PyObject *reader)
 }
 
 #include "facts_memo.h"
+#include "dpi_loop.h"
 
 static PyMethodDef dpi_functions[] = {
     {"sample_facts", (PyCFunction)(void (*)(void))sample_facts, METH_FASTCALL,
@@ -972,6 +974,10 @@ static PyMethodDef dpi_functions[] = {
     {"tls_gate", (PyCFunction)(void (*)(void))tls_gate, METH_FASTCALL,
      "tls_gate(flow, tls, hello, state) -> None | (rare, rarity, resolution): TlsAnalyzer.analyze up to whether the "
      "flow can raise anything (tls_gate.h)."},
+    {"dpi_loop", (PyCFunction)(void (*)(void))dpi_loop, METH_FASTCALL,
+     "dpi_loop(flows, failed, (tcp, udp, icmp, facts_of, tls_gate, gate_state, dns_scan, dga_scan), lead) -> [(index, "
+     "detections)]: the DPI layer's loop over a batch, calling lead(kind, flow, a, b) only where Python must judge "
+     "(dpi_loop.h)."},
     {"shannon_entropy", shannon_entropy, METH_O,
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},
     {NULL, NULL, 0, NULL},
@@ -993,7 +999,7 @@ static int dpi_exec(PyObject *module)
         return -1;
     if (dnsw_init(module) < 0 || sample_list_init() < 0)
         return -1;
-    if (rc_init(module) < 0 || tg_init() < 0)
+    if (rc_init(module) < 0 || tg_init() < 0 || dl_init() < 0)
         return -1;
     if (ws_init(module) < 0)
         return -1;

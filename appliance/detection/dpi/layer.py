@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.detection.domains import RegisteredDomains
 from appliance.detection.dpi.dga import NameScorer
@@ -15,10 +17,12 @@ from appliance.detection.dpi.tls_cert import SYSTEM_TRUST_ANCHORS, TrustAnchors
 from appliance.detection.facts import FlowFacts
 from appliance.detection.resolutions import ResolverCache
 from appliance.model import Detection, DnsMessage, FlowRecord, Transport
-from appliance.native.dpi import tls_gate
+from appliance.native.dpi import dpi_loop, tls_gate
 from appliance.pipeline import FlowFailed
 
 _TCP, _UDP, _ICMP = Transport.TCP, Transport.UDP, Transport.ICMP
+# What dpi_loop asks `lead` to judge (dpi_loop.h's LEAD_* in that order).
+LEAD_TCP_DNS, LEAD_TCP, LEAD_DNS, LEAD_DNS_OUT, LEAD_DGA, LEAD_DGA_OUT, LEAD_ICMP = range(7)
 
 
 class DpiLayer:
@@ -44,56 +48,35 @@ class DpiLayer:
 
     def analyze_many(self, flows: list[FlowRecord], failed: FlowFailed | None = None) -> list[tuple[int, list[Detection]]]:
         """(index, detections) of each flow of `flows` that raised any, in order (the pipeline's loop, see
-        AnalysisLayer.analyze_many). Each analyzer's judges run only when its C part (the DNS and DGA scans, the
-        TLS gate) says one may report; the loop calls those parts itself, one config for the whole list: most
-        flows raise nothing and cost here only what they must."""
+        AnalysisLayer.analyze_many). The loop runs in C (native dpi_loop, dpi_loop.h): it calls the analyzers' C
+        parts (the DNS and DGA scans, a TCP flow's facts, the TLS gate) itself and comes back here, to `lead`, only
+        where a judge or a Python analyzer must look, at once: most flows raise nothing and cost no Python at all.
+        One config for the whole list."""
         config = self._config.current
-        dns, dga, tls, facts_of = self.dns, self.dga, self.tls, self._facts.facts
+        dns, dga, tls, http, icmp = self.dns, self.dga, self.tls, self.http, self.icmp
         dns.configure(config)
         dga.configure(config)
         tls.configure(config)
-        dns_scan, dga_scan, gate_state = dns.scan_function, dga.scan_function, tls.gate_state
-        out: list[tuple[int, list[Detection]]] = []
-        for i, flow in enumerate(flows):
-            try:
-                transport = flow.transport
-                if transport is _TCP:  # TLS flows first: the most of any corpus
-                    found = dns.analyze(flow, config) if flow.dns else None
-                    facts = facts_of(flow)
-                    gate = tls_gate(flow, facts.tls, facts.client_hello, gate_state)
-                    if gate is not None:
-                        judged = tls.judge(flow, facts, config, *gate)
-                        found = found + judged if found else judged
-                    if facts.http_requests:
-                        judged = self.http.analyze(flow, facts, config)
-                        found = found + judged if found else judged
-                elif transport is _UDP:
-                    if not flow.dns or flow.remote_port != 53:
-                        continue
-                    try:
-                        scanned = dns_scan(flow)
-                    except ValueError:
-                        scanned = dns.out_of_range(flow)
-                    found = None if scanned is None else dns.judge(flow, scanned, config)
-                    try:
-                        scanned = dga_scan(flow)
-                    except ValueError:
-                        scanned = dga.out_of_range(flow)
-                    if scanned is not None:
-                        judged = dga.judge(flow, scanned, config)
-                        found = found + judged if found else judged
-                elif transport is _ICMP:
-                    found = self.icmp.analyze(flow, config)
-                else:
-                    continue
-            except Exception:
-                if failed is None:
-                    raise
-                failed(flow)
-                continue
-            if found:
-                out.append((i, found))
-        return out
+
+        def lead(kind: int, flow: FlowRecord, a: Any, b: Any) -> list[Detection] | None:
+            if kind == LEAD_TCP:  # a: the facts, b: the gate's (rare, rarity, resolution) or None
+                found = tls.judge(flow, a, config, *b) if b is not None else None
+                if a.http_requests:
+                    judged = http.analyze(flow, a, config)
+                    found = found + judged if found else judged
+                return found
+            if kind == LEAD_DNS:
+                return dns.judge(flow, a, config)
+            if kind == LEAD_DGA:
+                return dga.judge(flow, a, config)
+            if kind == LEAD_ICMP:
+                return icmp.analyze(flow, config)
+            if kind == LEAD_TCP_DNS:
+                return dns.analyze(flow, config)
+            return (dns if kind == LEAD_DNS_OUT else dga).out_of_range(flow)
+
+        parts = (_TCP, _UDP, _ICMP, self._facts.facts, tls_gate, tls.gate_state, dns.scan_function, dga.scan_function)
+        return dpi_loop(flows, failed, parts, lead)
 
     def observe_dns(self, agent_id: str, message: DnsMessage) -> None:
         self._resolver.observe(agent_id, message)

@@ -59,6 +59,9 @@ def corpus_flows() -> list[FlowRecord]:
 
 def test_the_loop_raises_what_each_analyzer_raises_flow_by_flow_on_the_bench_corpus(corpus_flows: list[FlowRecord]) -> None:
     flows = corpus_flows + [dataclasses.replace(f, remote_port=5353) for f in corpus_flows if f.dns][:50]  # mDNS-like: none
+    # DNS over TCP: the DNS analyzer's own analyze first, then the facts and the gate
+    flows += [dataclasses.replace(f, transport=Transport.TCP, protocol=6, flow_id=f.flow_id + "-tcp")
+              for f in corpus_flows if f.dns and f.transport is Transport.UDP][::40]
     with tempfile.TemporaryDirectory() as tmp:
         dpi, parts = dpi_of(Path(tmp) / "many")
         reference, ref_parts = dpi_of(Path(tmp) / "one")
