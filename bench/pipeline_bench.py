@@ -11,6 +11,9 @@ machine another tenant can take a CPU for tens of milliseconds, and the analysis
 twice as often as ingestion alone on one. Ingestion alone is also run with a CPU-bound neighbour (a process that is
 not analysis) on the analysis process's CPU: what any busy second CPU costs ingestion on this host, the ceiling of
 the ratio whatever analysis costs, so that the ratio's shortfall can be told apart into the host's and analysis's own.
+And beside analysis's own work replayed there from the same flow records (bench/analysis_replay.py: decoding and the
+pipeline, no channel, no hand-off): what work as heavy as analysis costs ingestion on a host whose CPUs share a core,
+caches or memory, so that the analysis process against it tells what running apart costs beyond the work itself.
 
 The corpus is the test scenario generator's: 20 office agents x 30 minutes of event time plus
 every attack scenario, so a realistic few alerts are opened and updated while it runs.
@@ -149,13 +152,24 @@ while True:
 """
 
 
-def start_neighbour(cpus: set[int], nice: int) -> subprocess.Popen[bytes]:
-    """A CPU-bound process that is not analysis on `cpus` (the analysis process's), `nice` lower in priority."""
-    return subprocess.Popen([sys.executable, "-c", _NEIGHBOUR, ",".join(map(str, sorted(cpus))), str(nice)])
+def start_neighbour(cpus: set[int], nice: int, replay: Path | None = None) -> subprocess.Popen[bytes]:
+    """A CPU-bound process that is not the analysis process on `cpus` (the analysis process's), `nice` lower in
+    priority: the dict filler above, or with `replay` (a frames file) analysis's own work replayed from those frames
+    (bench/analysis_replay.py), returned once it is ready."""
+    where = ",".join(map(str, sorted(cpus)))
+    if replay is None:
+        return subprocess.Popen([sys.executable, "-c", _NEIGHBOUR, where, str(nice)])
+    proc = subprocess.Popen([sys.executable, "-m", "bench.analysis_replay", where, str(nice), str(replay)], cwd=ROOT,
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != b"ready":
+        proc.kill()
+        raise RuntimeError(f"the analysis replay did not start (exit {proc.wait()})")
+    return proc
 
 
 def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int] | None = None,
-              neighbour_cpus: set[int] | None = None) -> list[tuple[float, float, float, float]]:
+              neighbour_cpus: set[int] | None = None, replay: Path | None = None) -> list[tuple[float, float, float, float]]:
     """Packets/s from the first batch until every flow of the corpus is analysed (`worker`: where
     analysis runs; "off" is ingestion alone, ended flows counted and forgotten), for two passes of the corpus
     through one appliance: the first pass of a new one (cold: it costs the analysis process more CPU than the second,
@@ -163,7 +177,7 @@ def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int
     running is, and as the appliance bench's rounds run on one appliance, a new agent each round). The analysis
     process is placed as `python -m appliance` places it (analysis.pin_cpus); `server_cpus` pins ingestion alone
     to the CPUs the server keeps when it is; `neighbour_cpus` runs a CPU-bound neighbour there through both passes
-    (`start_neighbour`). Per pass: (packets/s, CPU ms of this process (the server and the bench's client), CPU ms of
+    (`start_neighbour`: the dict filler, or analysis's work replayed from the `replay` frames). Per pass: (packets/s, CPU ms of this process (the server and the bench's client), CPU ms of
     the analysis process (0 without one), the tail: ms from the end of the last stream until every flow is analysed)."""
     import grpc
 
@@ -183,7 +197,7 @@ def e2e_round(streams: list[tuple[str, list]], worker: str, server_cpus: set[int
         neighbour = None
         try:
             if neighbour_cpus:
-                neighbour = start_neighbour(neighbour_cpus, app.settings.analysis.nice)
+                neighbour = start_neighbour(neighbour_cpus, app.settings.analysis.nice, replay)
             stub = sensor_pb2_grpc.SensorServiceStub(channel)
             if worker == "process":  # started and ready, as a running appliance is
                 deadline = time.monotonic() + 60
@@ -343,23 +357,35 @@ def main(e2e_rounds: int = E2E_ROUNDS) -> None:
     from appliance.cpus import split_cpus
 
     split = split_cpus(os.sched_getaffinity(0))
-    kinds: dict[str, tuple[str, set[int] | None, set[int] | None]] = {
-        "off": ("off", None, None), "off_pinned": ("off", split[0] if split else None, None),
-        "process": ("process", None, None), "thread": ("thread", None, None)}
-    if split:  # the ceiling: ingestion alone where it runs beside analysis, a busy neighbour where analysis runs
-        kinds["off_neighbour"] = ("off", split[0], split[1])
+    kinds: dict[str, tuple[str, set[int] | None, set[int] | None, Path | None]] = {
+        "off": ("off", None, None, None), "off_pinned": ("off", split[0] if split else None, None, None),
+        "process": ("process", None, None, None), "thread": ("thread", None, None, None)}
+    scratch = Path(tempfile.mkdtemp(prefix="pipeline-bench-"))
+    if split:  # the ceilings: ingestion alone where it runs beside analysis, a busy neighbour where analysis runs
+        kinds["off_neighbour"] = ("off", split[0], split[1], None)
+        # ... and analysis's own work there, replayed from the frames the server's outbox would send
+        from appliance.flows import record_codec
+
+        from bench.analysis_replay import write_frames
+
+        wire = finished_flows(streams, as_wire=True)
+        write_frames(scratch / "frames", [record_codec.encode(wire[i : i + 256]) for i in range(0, len(wire), 256)])
+        kinds["off_replay"] = ("off", split[0], split[1], scratch / "frames")
     rates: dict[str, dict[str, list[float]]] = {"warm": {kind: [] for kind in kinds}, "cold": {kind: [] for kind in kinds}}
     cpu: dict[str, dict[str, dict[str, list[float]]]] = {
         state: {kind: {"server": [], "analysis": []} for kind in kinds} for state in ("cold", "warm")}
     tails: dict[str, dict[str, list[float]]] = {state: {kind: [] for kind in kinds} for state in ("cold", "warm")}
-    for _ in range(e2e_rounds):  # interleaved: a slow spell of the machine hits every kind alike
-        for kind, (worker, pinned, neighbour) in kinds.items():
-            for state, (pass_rate, server_cpu, analysis_cpu, tail_ms) in zip(
-                    ("cold", "warm"), e2e_round(streams, worker, pinned, neighbour)):
-                rates[state][kind].append(pass_rate)
-                tails[state][kind].append(tail_ms)
-                cpu[state][kind]["server"].append(server_cpu)
-                cpu[state][kind]["analysis"].append(analysis_cpu)
+    try:
+        for _ in range(e2e_rounds):  # interleaved: a slow spell of the machine hits every kind alike
+            for kind, (worker, pinned, neighbour, replay) in kinds.items():
+                for state, (pass_rate, server_cpu, analysis_cpu, tail_ms) in zip(
+                        ("cold", "warm"), e2e_round(streams, worker, pinned, neighbour, replay)):
+                    rates[state][kind].append(pass_rate)
+                    tails[state][kind].append(tail_ms)
+                    cpu[state][kind]["server"].append(server_cpu)
+                    cpu[state][kind]["analysis"].append(analysis_cpu)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     e2e_lines = []
     e2e_figures: dict[str, dict] = {}
     for state, label in (("cold", "a new appliance (the first pass)"), ("warm", "a running appliance (the second pass)")):
@@ -367,6 +393,7 @@ def main(e2e_rounds: int = E2E_ROUNDS) -> None:
         # Ingestion alone at its best: pinned to the server's CPUs it ran faster on the 2-core bench machine.
         off, on = max(e2e["off"], e2e["off_pinned"]), e2e["process"]
         beside = e2e.get("off_neighbour")  # None with one CPU: no other CPU to be busy on
+        replayed = e2e.get("off_replay")
         spreads = {kind: spread(r) for kind, r in rates[state].items()}
         baseline = "off" if e2e["off"] >= e2e["off_pinned"] else "off_pinned"
         unstable = max(spreads[baseline], spreads["process"]) > UNSTABLE_SPREAD  # the two the ratio is made of
@@ -377,6 +404,9 @@ def main(e2e_rounds: int = E2E_ROUNDS) -> None:
             f"(ratio {e2e['thread'] / off:.2f}); "
             + (f"ingestion alone with a CPU-bound neighbour on the analysis CPU {beside:,.0f} (the host's ceiling for "
                f"the ratio {beside / off:.2f}; the analysis process against it {on / beside:.2f}); " if beside else "")
+            + (f"ingestion alone with analysis's own work replayed on the analysis CPU (no hand-off) {replayed:,.0f} "
+               f"(its ceiling {replayed / off:.2f}; the analysis process against it {on / replayed:.2f}); "
+               if replayed else "")
             + f"median of {e2e_rounds}; rounds' spread (std dev / mean) "
             + ", ".join(f"{kind} {v:.0%}" for kind, v in spreads.items())
             + (f" -- UNSTABLE: {baseline} or process over {UNSTABLE_SPREAD:.0%}, the host moved the ratio (compare with care)"
@@ -386,11 +416,14 @@ def main(e2e_rounds: int = E2E_ROUNDS) -> None:
         server_ms, analysis_ms = cpu[state][baseline]["server"], cpu[state]["process"]["analysis"]
         with_ms = cpu[state]["process"]["server"]
         beside_ms = cpu[state]["off_neighbour"]["server"] if beside else []
+        replayed_ms = cpu[state]["off_replay"]["server"] if replayed else []
         e2e_lines.append(
             f"  CPU time per pass, {label}, median (least-most) of {e2e_rounds}: ingestion alone {statistics.median(server_ms):.0f} "
             f"({min(server_ms):.0f}-{max(server_ms):.0f}) ms"
             + (f", beside the neighbour {statistics.median(beside_ms):.0f} ({min(beside_ms):.0f}-{max(beside_ms):.0f}) ms"
                if beside_ms else "")
+            + (f", beside analysis replayed {statistics.median(replayed_ms):.0f} ({min(replayed_ms):.0f}-"
+               f"{max(replayed_ms):.0f}) ms" if replayed_ms else "")
             + "; with the analysis process, the server "
             f"{statistics.median(with_ms):.0f} ({min(with_ms):.0f}-{max(with_ms):.0f}) ms and the analysis process "
             f"{statistics.median(analysis_ms):.0f} ({min(analysis_ms):.0f}-{max(analysis_ms):.0f}) ms")
@@ -406,11 +439,15 @@ def main(e2e_rounds: int = E2E_ROUNDS) -> None:
             "packets_per_s": {"ingestion_only": round(off), "ingestion_only_kernel_placed": round(e2e["off"]),
                               "ingestion_only_on_server_cpus": round(e2e["off_pinned"]), "with_analysis": round(on),
                               "with_analysis_thread": round(e2e["thread"]),
-                              "ingestion_only_with_neighbour": round(beside) if beside else None},
+                              "ingestion_only_with_neighbour": round(beside) if beside else None,
+                              "ingestion_only_with_analysis_replayed": round(replayed) if replayed else None},
             "ratio": round(on / off, 3),
             # What a busy second CPU leaves ingestion alone (the ratio's ceiling), and analysis against that.
             "ceiling": round(beside / off, 3) if beside else None,
             "ratio_to_neighbour": round(on / beside, 3) if beside else None,
+            # What analysis's own work on that CPU leaves ingestion (no hand-off), and the analysis process against it.
+            "ceiling_replay": round(replayed / off, 3) if replayed else None,
+            "ratio_to_replay": round(on / replayed, 3) if replayed else None,
             "rounds": {k: [round(v) for v in r] for k, r in rates[state].items()},
             "spread": {k: round(v, 3) for k, v in spreads.items()}, "unstable": unstable,
             "cpu_ms": {k: {part: [round(v, 1) for v in values] for part, values in parts.items()}
