@@ -57,7 +57,6 @@ class FlowFacts(FactsMemo):
         # sample size or split beyond the samples) and tls_unreadable (a sample opened a handshake record but no hello
         # could be read) are FactsMemo's counters.
         super().__init__(reader, self._finish, _TCP, Facts, FACTS_KEPT, tls_views)
-        self._tls_views = tls_views  # put the REST view of the TLS metadata on the record
         self.tls_certificates_unreadable = 0  # server certificates `cryptography` could not read
 
     def _finish(self, flow: FlowRecord, found: tuple[Any, ...]) -> Facts:
@@ -81,7 +80,7 @@ class FlowFacts(FactsMemo):
             self.tls_handshakes += 1
             if not meta.complete:
                 self.tls_incomplete += 1
-            if self._tls_views:  # on the record too: the REST flow view shows it without parsing again
+            if self.tls_views:  # on the record too: the REST flow view shows it without parsing again
                 flow.tls = meta.view()
         elif handshake:  # a sample opened a handshake record, yet neither hello could be read
             self.tls_unreadable += 1

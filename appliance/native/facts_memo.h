@@ -213,6 +213,8 @@ static PyMemberDef FactsMemo_members[] = {
      "of those, a hello cut by the sample size or split beyond the samples, or a chain that ran past them"},
     {"tls_unreadable", T_PYSSIZET, offsetof(FactsMemoObject, tls_unreadable), 0,
      "a sample opened a handshake record but no hello could be read"},
+    {"tls_views", T_INT, offsetof(FactsMemoObject, views), READONLY,
+     "whether the REST view of a flow's TLS metadata is put on the flow (the `views` it was made with)"},
     {NULL, 0, 0, 0, NULL},
 };
 
