@@ -10,6 +10,7 @@ and drops what does not fit).
 from __future__ import annotations
 
 import json
+import select
 import socket
 import struct
 import threading
@@ -43,6 +44,15 @@ class Channel:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        # Between frames the reading thread waits in poll() for data, not in recv(). A thread asleep in recv() sleeps
+        # on the socket's one wait queue, and the kernel wakes that queue whenever the peer's reads free send space
+        # here (unix_write_space), whatever the sleeper waits for. So the server's receiving thread woke up on the
+        # ingestion CPU for every frame the analysis process read, about 45 times a pass of the bench corpus, each a
+        # reschedule interrupt and a preempted gRPC handler. A poll() for POLLIN is woken only for data. On the 2-core
+        # bench machine (2026-11-29, noted in docs/figures.md), ingestion with the analysis process went from 714,000
+        # to 814,000 packets/s (medians of 6 passes, interleaved).
+        self._readable = select.poll()
+        self._readable.register(sock.fileno(), select.POLLIN)
         # A frame is written whole: the server's sender and a stop() from another thread never interleave their
         # bytes (a large frame is several writes when the buffer fills). close() waits for the frame being written.
         self._write_lock = threading.Lock()
@@ -100,6 +110,11 @@ class Channel:
 
     def recv(self) -> tuple[bytes, bytes]:
         """The next frame (kind, payload); ChannelClosed at the end."""
+        if self.sock.gettimeout() is None:  # with a timeout, recv itself polls for data first
+            try:
+                self._readable.poll()  # returns for data, the end of the stream, an error or a closed descriptor
+            except (OSError, RuntimeError) as err:  # RuntimeError: poll() from two threads at once (recv is one thread's)
+                raise ChannelClosed(str(err)) from None
         kind, size = _HEAD.unpack(self._exactly(_HEAD.size))
         if size > MAX_FRAME:
             raise ChannelClosed(f"frame of {size} bytes is over the {MAX_FRAME} limit")

@@ -114,3 +114,35 @@ def test_frames_sent_from_two_threads_at_once_arrive_whole() -> None:
         sender.join()
     assert sorted(payload[0] for _, payload in frames) == [1] * 6 + [2] * 6
     assert all(kind == FLOWS and payload == bytes([payload[0]]) * size for kind, payload in frames)
+
+
+def _voluntary_switches(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("voluntary_ctxt_switches"))
+
+
+def test_a_thread_waiting_for_frames_is_not_woken_by_the_peer_reading_what_this_end_sent() -> None:
+    """The server's receiving thread waits on the end its sender writes to: each frame the analysis process reads
+    frees send space there, and a thread asleep in recv() was woken for it (a wake-up on the ingestion CPU per
+    frame). Waiting in poll() for data, it sleeps through them."""
+    import threading
+
+    server, analysis = pair()
+    received: list[tuple[bytes, bytes]] = []
+    waiting = threading.Thread(target=lambda: received.append(server.recv()))
+    waiting.start()
+    tid = waiting.native_id
+    assert tid is not None
+    for _ in range(200):  # let it fall asleep first: its count moves only when it wakes
+        if open(f"/proc/self/task/{tid}/wchan").read() not in ("", "0"):
+            break
+        threading.Event().wait(0.005)
+    before = _voluntary_switches(tid)
+    for i in range(200):
+        server.send(FLOWS, b"x" * 4096)
+        assert analysis.recv() == (FLOWS, b"x" * 4096)
+    woken = _voluntary_switches(tid) - before
+    analysis.send(CONTROL, b"stop")
+    waiting.join(5)
+    assert received == [(CONTROL, b"stop")]
+    assert woken < 20, f"the waiting thread woke {woken} times for 200 frames read by the peer"
