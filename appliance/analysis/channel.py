@@ -113,7 +113,7 @@ class Channel:
         if self.sock.gettimeout() is None:  # with a timeout, recv itself polls for data first
             try:
                 self._readable.poll()  # returns for data, the end of the stream, an error or a closed descriptor
-            except (OSError, RuntimeError) as err:  # RuntimeError: poll() from two threads at once (recv is one thread's)
+            except OSError as err:
                 raise ChannelClosed(str(err)) from None
         kind, size = _HEAD.unpack(self._exactly(_HEAD.size))
         if size > MAX_FRAME:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -77,8 +78,6 @@ def test_a_frame_written_in_pieces_arrives_whole(size: int, timeout: float | Non
 def test_the_server_end_asks_for_a_send_buffer_that_holds_a_whole_batch() -> None:
     """A frame that fits goes in one copy (see SEND_BUFFER); the kernel grants at most net.core.wmem_max, and
     reports twice what it granted."""
-    from pathlib import Path
-
     from appliance.analysis.channel import SEND_BUFFER
 
     ceiling = int(Path("/proc/sys/net/core/wmem_max").read_text())
@@ -133,12 +132,13 @@ def test_a_thread_waiting_for_frames_is_not_woken_by_the_peer_reading_what_this_
     waiting.start()
     tid = waiting.native_id
     assert tid is not None
+    wchan = Path(f"/proc/self/task/{tid}/wchan")
     for _ in range(200):  # let it fall asleep first: its count moves only when it wakes
-        if open(f"/proc/self/task/{tid}/wchan").read() not in ("", "0"):
+        if wchan.read_text() not in ("", "0"):
             break
         threading.Event().wait(0.005)
     before = _voluntary_switches(tid)
-    for i in range(200):
+    for _ in range(200):
         server.send(FLOWS, b"x" * 4096)
         assert analysis.recv() == (FLOWS, b"x" * 4096)
     woken = _voluntary_switches(tid) - before
