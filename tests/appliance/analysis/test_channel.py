@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,26 @@ import pytest
 from appliance.analysis.channel import CONTROL, FLOWS, MAX_FRAME, Channel, ChannelClosed
 
 
-def pair() -> tuple[Channel, Channel]:
-    ours, theirs = Channel.pair()
-    return ours, Channel(theirs)
+Pair = Callable[[], tuple[Channel, Channel]]
 
 
-def test_frames_arrive_whole_and_in_order() -> None:
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    """Connected channels (the server's end first), every one closed when the test ends."""
+    opened: list[Channel] = []
+
+    def make() -> tuple[Channel, Channel]:
+        ours, theirs = Channel.pair()
+        made = (ours, Channel(theirs))
+        opened.extend(made)
+        return made
+
+    yield make
+    for channel in opened:
+        channel.close()
+
+
+def test_frames_arrive_whole_and_in_order(pair: Pair) -> None:
     a, b = pair()
     big = bytes(range(256)) * 8192  # 2 MiB: more than one socket buffer
     a.send(FLOWS, b"")
@@ -32,13 +47,14 @@ def test_frames_arrive_whole_and_in_order() -> None:
 
 def test_a_frame_over_the_bound_ends_the_channel_instead_of_allocating_it() -> None:
     ours, theirs = socket.socketpair()
-    theirs.sendall(struct.pack("!cI", FLOWS, MAX_FRAME + 1))
-    with pytest.raises(ChannelClosed, match="over the"):
-        Channel(ours).recv()
+    with ours, theirs:
+        theirs.sendall(struct.pack("!cI", FLOWS, MAX_FRAME + 1))
+        with pytest.raises(ChannelClosed, match="over the"):
+            Channel(ours).recv()
 
 
 @pytest.mark.parametrize("partial", [b"", b"F\x00", b"F\x00\x00\x00\x10abc"])
-def test_a_peer_that_goes_away_mid_frame_is_the_end_of_the_channel(partial: bytes) -> None:
+def test_a_peer_that_goes_away_mid_frame_is_the_end_of_the_channel(partial: bytes, pair: Pair) -> None:
     a, b = pair()
     a.sock.sendall(partial)
     a.close()
@@ -50,7 +66,7 @@ def test_a_peer_that_goes_away_mid_frame_is_the_end_of_the_channel(partial: byte
 
 @pytest.mark.parametrize("size", [1, 300_000, (8 << 20) + 1])  # read in one call, and past the one-call bound
 @pytest.mark.parametrize("timeout", [None, 10.0])
-def test_a_frame_written_in_pieces_arrives_whole(size: int, timeout: float | None) -> None:
+def test_a_frame_written_in_pieces_arrives_whole(size: int, timeout: float | None, pair: Pair) -> None:
     """The reader takes a frame in one call where it may (no timeout, up to 8 MiB), in chunks otherwise;
     either way a frame the peer writes in pieces, with pauses, arrives whole."""
     import threading
@@ -82,13 +98,14 @@ def test_the_server_end_asks_for_a_send_buffer_that_holds_a_whole_batch() -> Non
 
     ceiling = int(Path("/proc/sys/net/core/wmem_max").read_text())
     ours, theirs = Channel.pair()
-    assert ours.send_buffer() == 2 * min(SEND_BUFFER, ceiling)
-    assert Channel(theirs).send_buffer() < ours.send_buffer()  # only the server's end is raised
-    ours.close()
-    assert ours.send_buffer() == 0
+    with theirs:
+        assert ours.send_buffer() == 2 * min(SEND_BUFFER, ceiling)
+        assert Channel(theirs).send_buffer() < ours.send_buffer()  # only the server's end is raised
+        ours.close()
+        assert ours.send_buffer() == 0
 
 
-def test_frames_sent_from_two_threads_at_once_arrive_whole() -> None:
+def test_frames_sent_from_two_threads_at_once_arrive_whole(pair: Pair) -> None:
     """The server's sender and a stop() on another thread may write at the same time: a frame larger than the
     socket's buffers takes several writes, and none of another frame's bytes may come between them."""
     import threading
@@ -120,7 +137,7 @@ def _voluntary_switches(tid: int) -> int:
         return next(int(line.split()[1]) for line in status if line.startswith("voluntary_ctxt_switches"))
 
 
-def test_a_thread_waiting_for_frames_is_not_woken_by_the_peer_reading_what_this_end_sent() -> None:
+def test_a_thread_waiting_for_frames_is_not_woken_by_the_peer_reading_what_this_end_sent(pair: Pair) -> None:
     """The server's receiving thread waits on the end its sender writes to: each frame the analysis process reads
     frees send space there, and a thread asleep in recv() was woken for it (a wake-up on the ingestion CPU per
     frame). Waiting in poll() for data, it sleeps through them."""

@@ -172,6 +172,23 @@ def test_dns_items_past_the_bound_are_dropped_and_counted() -> None:
         outbox.close()
 
 
+def test_the_newest_dns_items_past_the_bound_are_the_ones_dropped_and_the_rest_go_in_order() -> None:
+    outbox = Outbox(10, 100, 5, 30.0)
+    sender = Sender(outbox)
+    try:
+        first = [(f"a{i}", bytes([i]), False) for i in range(3)]
+        second = [(f"b{i}", bytes([i]), i % 2 == 1) for i in range(4)]
+        assert outbox.put_dns(first) == 0 and outbox.put_dns(second) == 2  # b2 and b3 do not fit
+        assert outbox.put_dns([("c", b"", False)] * 3) == 3  # full: nothing of this call is kept
+        assert outbox.put_dns([]) == 0
+        assert outbox.dns_depth == 5 and outbox.dns_dropped == 5
+        drained_frames(outbox, sender)
+        assert [k for k, _ in sender.frames] == [b"D"]
+        assert sender.frames[0][1] == record_codec.encode_dns([*first, *second[:2]])
+    finally:
+        sender.close()
+
+
 def test_it_gathers_until_a_batch_is_full_and_a_flush_sends_at_once() -> None:
     outbox = Outbox(1000, 10, 100, 30.0)
     sender = Sender(outbox)
