@@ -162,23 +162,14 @@ def test_dns_items_go_in_one_frame_ahead_of_the_flows_and_read_back_as_the_codec
         sender.close()
 
 
-def test_dns_items_past_the_bound_are_dropped_and_counted() -> None:
-    outbox = Outbox(10, 4, 5, 30.0)
-    try:
-        assert outbox.put_dns([("a", b"", False)] * 3) == 0
-        assert outbox.put_dns([("a", b"", False)] * 4) == 2
-        assert outbox.dns_depth == 5 and outbox.dns_dropped == 2
-    finally:
-        outbox.close()
-
-
-def test_the_newest_dns_items_past_the_bound_are_the_ones_dropped_and_the_rest_go_in_order() -> None:
+def test_dns_items_past_the_bound_are_dropped_newest_first_counted_and_the_rest_go_in_order() -> None:
     outbox = Outbox(10, 100, 5, 30.0)
     sender = Sender(outbox)
     try:
         first = [(f"a{i}", bytes([i]), False) for i in range(3)]
         second = [(f"b{i}", bytes([i]), i % 2 == 1) for i in range(4)]
         assert outbox.put_dns(first) == 0 and outbox.put_dns(second) == 2  # b2 and b3 do not fit
+        assert outbox.dns_depth == 5 and outbox.dns_dropped == 2
         assert outbox.put_dns([("c", b"", False)] * 3) == 3  # full: nothing of this call is kept
         assert outbox.put_dns([]) == 0
         assert outbox.dns_depth == 5 and outbox.dns_dropped == 5
