@@ -364,7 +364,10 @@ def build(settings: Settings) -> Appliance:
         # table wrote them (a flow Python never held, as a whole record in the contract's encoding).
         ended_as_wire=analysis.mode != "thread",
     )
+    # Only the analysis process's hand-off gathers ended flows for a few milliseconds; a stream's end sends its
+    # flows at once (bench/pipeline_bench.py: the last agents' flows no longer wait out the gathering, 2026-11-30).
     ingest = IngestService(converter, tracker, agents, on_dns_event=analysis.observe_dns,
+                           on_stream_closed=analysis.send_now if isinstance(analysis, AnalysisProcess) else None,
                            max_streams_per_agent=settings.grpc.max_streams_per_agent)
 
     collector = MetricsCollector({

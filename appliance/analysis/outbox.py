@@ -37,6 +37,11 @@ class OutboxHandOff:
                 for agent_id, count in dropped.items():
                     self._on_drop(agent_id, count)
 
+    def send_now(self) -> None:
+        """Send what waits without gathering (an agent's stream ended: its flows were just flushed, and nothing of
+        that agent follows them to fill a batch). The gathering exists for the steady trickle of ended flows."""
+        self._outbox.poke(flush=True)
+
     def observe_answers(self, answers: list[tuple[str, AnyDns]]) -> None:
         """A batch's DNS answers (what the resolver cache learns from), ahead of the flows that follow them."""
         try:  # serialized by the C table (all but ICMP's): taken as they are

@@ -49,6 +49,7 @@ class IngestService:
         tracker: FlowTracker,
         agents: AgentRegistry,
         on_dns_event: Callable[[str, DnsMessage], None] | None = None,
+        on_stream_closed: Callable[[], None] | None = None,
         process_history: int = 1000,
         max_streams_per_agent: int = 0,
     ) -> None:
@@ -56,6 +57,8 @@ class IngestService:
         self.tracker = tracker
         self.agents = agents
         self._on_dns_event = on_dns_event
+        # Called after a stream's end flushed the agent's flows: the hand-off sends them without gathering.
+        self._on_stream_closed = on_stream_closed
         # DNS answers seen in packets feed the resolver cache before their flow ends (TLS checks need them).
         self._lock = threading.Lock()
         self.packets_received = 0
@@ -99,6 +102,8 @@ class IngestService:
             if self._streams[owner] <= 0:
                 del self._streams[owner]
         self.tracker.stream_closed(session.identity.agent_id)
+        if self._on_stream_closed is not None:
+            self._on_stream_closed()
         self.agents.stream_closed(session.identity.agent_id)
         log.info(
             "stream closed agent=%s accepted=%d rejected=%d",

@@ -439,6 +439,63 @@ def test_the_sender_gathers_flows_into_few_frames_a_full_batch_or_a_drain_sends_
         analysis.stop()
 
 
+def test_send_now_sends_what_waits_without_waiting_out_the_gathering(tmp_path: Path) -> None:
+    """`send_now` (called when an agent's stream ends): the flows waiting go to the analysis process at once and are
+    analysed there, no drain asked; the flows handed over after it are gathered again."""
+    from appliance.analysis import process
+    from appliance.config import parse_settings
+    from tests.appliance.flows.test_record_codec import flows_of
+
+    (tmp_path / "state").mkdir()
+    settings = parse_settings({"paths": {"state_dir": str(tmp_path / "state"), "certs_dir": str(tmp_path / "certs"),
+                                         "static_dir": str(tmp_path / "static"), "signatures_dir": str(tmp_path)}})
+    flows = flows_of(sc.benign_office(1, minutes=10))
+    assert len(flows) > 40
+    analysis = process.AnalysisProcess(settings, 10_000, batch_flows=64, gather=30.0)
+    analysis.start()
+    frames = lambda: analysis._outbox.frames_sent  # noqa: E731
+    try:
+        wait_for(lambda: analysis.status()["running"], 60, "the analysis process to be ready")
+        analysis.submit_many(flows[:20])
+        time.sleep(0.5)
+        assert frames() == 0 and analysis.queue_depth == 20  # gathering
+        started = time.monotonic()
+        analysis.send_now()
+        wait_for(lambda: analysis.counter("flows_processed") == 20, 15, "the flows to be analysed")
+        assert time.monotonic() - started < 15 and frames() == 1  # at once, not after the 30 s of gathering
+        analysis.submit_many(flows[20:40])
+        time.sleep(0.5)
+        assert frames() == 1 and analysis.queue_depth == 20  # the next ones are gathered again
+    finally:
+        analysis.stop()
+
+
+def test_a_streams_end_hands_its_flows_to_the_analysis_process_at_once(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the real gRPC server, with a hand-off that would gather for 30 s: when an agent's stream ends, its
+    flows (flushed by the end) are analysed and its alert raised within seconds, nobody asking for a drain."""
+    from appliance import app as app_module
+    from appliance.analysis import process
+
+    class GathersLong(process.AnalysisProcess):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, gather=30.0, **kwargs)
+
+    monkeypatch.setattr(app_module, "AnalysisProcess", GathersLong)
+    monkeypatch.delenv("SENSOR_ADMIN_TOKEN", raising=False)
+    running = start_detecting(tmp_path, analysis={"worker": "process"})
+    try:
+        assert isinstance(running.app.analysis, GathersLong)
+        wait_for(lambda: metrics(running)["analysis_worker"]["running"], 60, "the analysis process to be ready")
+        started = time.monotonic()
+        assert sc.stream(running.stub(), sc.iodine_tunnel()) > 0
+        body = wait_for(lambda: (m := metrics(running))["flows_processed"] == m["flows_created"] > 0
+                        and m["alerts_generated"] == 1 and m, 15, "the stream's flows to be analysed")
+        assert time.monotonic() - started < 15 and body["analysis_queue_depth"] == 0
+    finally:
+        running.app.stop()
+
+
 def test_a_frame_the_dying_process_never_got_is_counted_lost_once(tmp_path: Path) -> None:
     """Flows written whole to a process that died are counted by the restart (what it was handed less what it
     read); the flows of a frame the dead channel refused are counted by the sender, and only there."""
