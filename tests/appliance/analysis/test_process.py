@@ -400,27 +400,37 @@ paths: {{state_dir: "{tmp_path}/state", certs_dir: "{tmp_path}/certs", static_di
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
 
 
+def gathering_process(tmp_path: Path, signatures_dir: Path) -> Any:
+    """A started, ready analysis process whose sender gathers for 30 s (batches of 64 flows)."""
+    from appliance.analysis import process
+    from appliance.config import parse_settings
+
+    (tmp_path / "state").mkdir()
+    settings = parse_settings({"paths": {"state_dir": str(tmp_path / "state"), "certs_dir": str(tmp_path / "certs"),
+                                         "static_dir": str(tmp_path / "static"), "signatures_dir": str(signatures_dir)}})
+    analysis = process.AnalysisProcess(settings, 10_000, batch_flows=64, gather=30.0)
+    analysis.start()
+    try:
+        wait_for(lambda: analysis.status()["running"], 60, "the analysis process to be ready")
+    except AssertionError:
+        analysis.stop()
+        raise
+    return analysis
+
+
 def test_the_sender_gathers_flows_into_few_frames_a_full_batch_or_a_drain_sends_at_once(tmp_path: Path) -> None:
     """Over a real analysis process: flows and DNS answers handed over in many small calls leave as one DNS
     frame ahead of one flow frame; a full batch does not wait for the gathering to end, and a drain sends
     what is pending at once and waits until it is analysed. (What the frames hold: tests/appliance/native/
     test_outbox.py.)"""
-    from appliance.analysis import process
-    from appliance.config import parse_settings
     from appliance.model import DnsAnswer, DnsMessage
     from tests.appliance.flows.test_record_codec import flows_of
 
-    (tmp_path / "state").mkdir()
-    rules = Path(__file__).resolve().parents[3] / "rules"
-    settings = parse_settings({"paths": {"state_dir": str(tmp_path / "state"), "certs_dir": str(tmp_path / "certs"),
-                                         "static_dir": str(tmp_path / "static"), "signatures_dir": str(rules)}})
     flows = flows_of(sc.iodine_tunnel(seconds=30), sc.benign_office(1, minutes=10))
     assert len(flows) > 80
-    analysis = process.AnalysisProcess(settings, 10_000, batch_flows=64, gather=30.0)
-    analysis.start()
+    analysis = gathering_process(tmp_path, Path(__file__).resolve().parents[3] / "rules")
     frames = lambda: analysis._outbox.frames_sent  # noqa: E731
     try:
-        wait_for(lambda: analysis.status()["running"], 60, "the analysis process to be ready")
         answer = DnsMessage(7, True, 0, "example.org", 1, 1, [DnsAnswer("example.org", 1, 60, "192.0.2.7")])
         for i in range(0, 20, 2):
             analysis.submit_many(flows[i : i + 2])
@@ -442,20 +452,13 @@ def test_the_sender_gathers_flows_into_few_frames_a_full_batch_or_a_drain_sends_
 def test_send_now_sends_what_waits_without_waiting_out_the_gathering(tmp_path: Path) -> None:
     """`send_now` (called when an agent's stream ends): the flows waiting go to the analysis process at once and are
     analysed there, no drain asked; the flows handed over after it are gathered again."""
-    from appliance.analysis import process
-    from appliance.config import parse_settings
     from tests.appliance.flows.test_record_codec import flows_of
 
-    (tmp_path / "state").mkdir()
-    settings = parse_settings({"paths": {"state_dir": str(tmp_path / "state"), "certs_dir": str(tmp_path / "certs"),
-                                         "static_dir": str(tmp_path / "static"), "signatures_dir": str(tmp_path)}})
     flows = flows_of(sc.benign_office(1, minutes=10))
     assert len(flows) > 40
-    analysis = process.AnalysisProcess(settings, 10_000, batch_flows=64, gather=30.0)
-    analysis.start()
+    analysis = gathering_process(tmp_path, tmp_path)
     frames = lambda: analysis._outbox.frames_sent  # noqa: E731
     try:
-        wait_for(lambda: analysis.status()["running"], 60, "the analysis process to be ready")
         analysis.submit_many(flows[:20])
         time.sleep(0.5)
         assert frames() == 0 and analysis.queue_depth == 20  # gathering
