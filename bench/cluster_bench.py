@@ -2,8 +2,9 @@
 through the local channel (the standalone analysis process). Medians of several rounds.
 
 Both sides get the pipeline bench's corpus (20 office agents x 30 minutes plus every attack scenario)
-as the server's flow table hands its ended flows over (records already in the contract's encoding; the few
-Python held, ICMP, as FlowRecords), at once, by the sending side in this process:
+as the server's flow table hands it over (`hand_overs`: the DNS answers the resolver cache learns from, ahead of
+the ended flows that follow them, records already in the contract's encoding; the few Python held, ICMP, as
+FlowRecords), all at once, by the sending side in this process:
 - local channel: `AnalysisProcess` (the outbox, the sender thread, the socketpair, `python -m
   appliance.analysis.worker`), timed until its drain confirms every flow analysed;
 - Redis: an ingest node's `RedisSink` appends to the partition streams of a real redis-server started
@@ -67,12 +68,30 @@ def bench_settings(tmp: Path, **cluster: Any) -> Any:
     return parse_settings(base, "bench")
 
 
-def local_round(flows: list) -> float:
+def flow_count(hand_overs: list[tuple[bytes, list]]) -> int:
+    from appliance.analysis.channel import FLOWS
+
+    return sum(len(items) for kind, items in hand_overs if kind == FLOWS)
+
+
+def hand_over(sink: Any, hand_overs: list[tuple[bytes, list]]) -> None:
+    """Into an analysis sink as the flow table delivers them: answers with observe_answers, flows with submit_many."""
+    from appliance.analysis.channel import DNS
+
+    for kind, items in hand_overs:
+        if kind == DNS:
+            sink.observe_answers(items)
+        else:
+            sink.submit_many(items)
+
+
+def local_round(hand_overs: list[tuple[bytes, list]]) -> float:
     from appliance.analysis.process import AnalysisProcess
 
+    flows = flow_count(hand_overs)
     with tempfile.TemporaryDirectory() as tmp:
         settings = bench_settings(Path(tmp))
-        analysis = AnalysisProcess(settings, queue_size=len(flows) + 1)
+        analysis = AnalysisProcess(settings, queue_size=flows + 1)
         analysis.spawn()
         analysis.start()
         try:
@@ -80,21 +99,23 @@ def local_round(flows: list) -> float:
             while not analysis.status()["running"] and time.monotonic() < deadline:
                 time.sleep(0.05)
             start = time.perf_counter()
-            analysis.submit_many(flows)
+            hand_over(analysis, hand_overs)
             assert analysis.drain(600), "the analysis process did not drain"
             elapsed = time.perf_counter() - start
-            assert analysis.counter("flows_processed") == len(flows) and analysis.flows_dropped == 0
-            return len(flows) / elapsed
+            assert analysis.counter("flows_processed") == flows and analysis.flows_dropped == 0
+            assert analysis.dns_dropped == 0
+            return flows / elapsed
         finally:
             analysis.stop()
 
 
-def redis_round(flows: list, redis_url: str) -> float:
+def redis_round(hand_overs: list[tuple[bytes, list]], redis_url: str) -> float:
     import redis
 
     from appliance.cluster import bus
     from appliance.cluster.ingest import RedisSink
 
+    flows = flow_count(hand_overs)
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,7 +125,7 @@ def redis_round(flows: list, redis_url: str) -> float:
         analyzer = subprocess.Popen([sys.executable, "-m", "appliance", "--config", str(config), "--log-level", "WARNING"],
                                     cwd=ROOT, stdout=subprocess.DEVNULL)
         sink = RedisSink(settings.model_copy(update={"cluster": settings.cluster.model_copy(update={"role": "ingest"})}),
-                         queue_size=len(flows) + 1)
+                         queue_size=flows + 1)
         try:
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:  # ready: the analyzer holds every partition
@@ -115,17 +136,17 @@ def redis_round(flows: list, redis_url: str) -> float:
                 raise RuntimeError("the analyzer did not take the partitions")
             sink.start()
             start = time.perf_counter()
-            sink.submit_many(flows)
+            hand_over(sink, hand_overs)
             while True:
                 totals = bus.partition_counts(client, PARTITIONS)
-                if totals.get("analysed", 0) >= len(flows):
+                if totals.get("analysed", 0) >= flows:
                     break
                 if analyzer.poll() is not None:
                     raise RuntimeError(f"the analyzer exited with {analyzer.returncode}")
                 time.sleep(0.005)
             elapsed = time.perf_counter() - start
-            assert totals["analysed"] == totals["added"] == len(flows) and not totals.get("duplicates")
-            return len(flows) / elapsed
+            assert totals["analysed"] == totals["added"] == flows and not totals.get("duplicates")
+            return flows / elapsed
         finally:
             sink.stop()
             analyzer.send_signal(signal.SIGTERM)
@@ -177,29 +198,30 @@ def ingest_round(streams: list[tuple[str, list]], redis_url: str | None) -> floa
 def main() -> None:
     logging.disable(logging.WARNING)
     sys.path.insert(0, str(ROOT))
-    from bench.pipeline_bench import corpus, finished_flows
+    from bench.pipeline_bench import corpus, hand_overs
 
     streams = corpus()
     packets = sum(len(p) for _, p in streams)
-    flows = finished_flows(streams, as_wire=True)
-    local = statistics.median(local_round(flows) for _ in range(ROUNDS))
+    handed = hand_overs(streams)
+    flows = flow_count(handed)
+    local = statistics.median(local_round(handed) for _ in range(ROUNDS))
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start_redis(Path(tmp))
         try:
-            over_redis = statistics.median(redis_round(flows, url) for _ in range(ROUNDS))
+            over_redis = statistics.median(redis_round(handed, url) for _ in range(ROUNDS))
             ingest = statistics.median(ingest_round(streams, url) for _ in range(ROUNDS))
             alone = statistics.median(ingest_round(streams, None) for _ in range(ROUNDS))
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(10)
-    line = (f"one analyzer, {len(flows)} flows of the pipeline corpus: through the local channel {local:,.0f} flows/s, "
+    line = (f"one analyzer, {flows} flows of the pipeline corpus: through the local channel {local:,.0f} flows/s, "
             f"through Redis Streams {over_redis:,.0f} flows/s (ratio {over_redis / local:.2f}; median of {ROUNDS}; "
             f"{os.cpu_count()} cores)")
     ingest_line = (f"one ingest node, the corpus's {packets} packets over plaintext gRPC: flows to Redis {ingest:,.0f} "
                    f"packets/s, analysis off {alone:,.0f} packets/s (ratio {ingest / alone:.2f}; median of {ROUNDS})")
     print(line, flush=True)
     print(ingest_line, flush=True)
-    figures = {"flows": len(flows), "packets": packets, "rounds": ROUNDS, "partitions": PARTITIONS,
+    figures = {"flows": flows, "packets": packets, "rounds": ROUNDS, "partitions": PARTITIONS,
                "flows_per_s": {"local_channel": round(local), "redis_streams": round(over_redis)},
                "ratio_redis_to_local": round(over_redis / local, 3),
                "ingest_packets_per_s": {"to_redis": round(ingest), "analysis_off": round(alone)},

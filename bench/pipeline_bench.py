@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench import UNSTABLE_SPREAD, release_round, spread, write_figures
 
@@ -76,14 +77,60 @@ def finished_flows(streams: list[tuple[str, list]], slice_ms: int = 60_000, as_w
     process or the cluster (records in the contract's encoding, `WireFlow`; FlowRecords only for the flows
     Python held, ICMP); else as analysis on a thread takes them (FlowRecords)."""
     from appliance.flows.tracker import FlowTracker
-    from appliance.ingest.convert import PacketConverter
 
     flows: list = []
-    tracker = FlowTracker(flows.extend, ended_as_wire=as_wire)
-    converter = PacketConverter()
-    convert = converter.read
+    _track(streams, FlowTracker(flows.extend, ended_as_wire=as_wire), slice_ms)
+    return flows
+
+
+def hand_overs(streams: list[tuple[str, list]], slice_ms: int = 60_000) -> list[tuple[bytes, list]]:
+    """What the server hands to analysis for the corpus, in order, as (channel kind, items): per slice of event time
+    (agents interleaved as in `finished_flows`; the outbox gathers a few milliseconds of them), the DNS answers the
+    resolver cache learns from (DNS: (agent id, message) items), ahead of the flows that follow them (FLOWS: the
+    ended flows as the flow table hands them over, `WireFlow`s and the few FlowRecords Python held)."""
+    from appliance.analysis.channel import DNS, FLOWS
+    from appliance.flows.tracker import FlowTracker
+
+    out: list[tuple[bytes, list]] = []
+    ended: list = []
+    answers: list = []
+
+    def hand_over() -> None:
+        if answers:
+            out.append((DNS, answers[:]))
+        if ended:
+            out.append((FLOWS, ended[:]))
+        answers.clear()
+        ended.clear()
+
+    _track(streams, FlowTracker(ended.extend, ended_as_wire=True, on_dns_responses=answers.extend), slice_ms, hand_over)
+    hand_over()
+    return out
+
+
+def handed_over(streams: list[tuple[str, list]], batch: int = 256) -> list[tuple[bytes, bytes]]:
+    """`hand_overs` as the outbox frames them for the analysis process: (channel kind, payload), a DNS batch, then
+    flow record batches of up to `batch` flows."""
+    from appliance.analysis.channel import DNS
+    from appliance.flows import record_codec
+
+    frames: list[tuple[bytes, bytes]] = []
+    for kind, items in hand_overs(streams):
+        if kind == DNS:
+            frames.append((kind, record_codec.encode_dns([(agent, message, False) for agent, message in items])))
+        else:
+            frames += [(kind, record_codec.encode(items[i : i + batch])) for i in range(0, len(items), batch)]
+    return frames
+
+
+def _track(streams: list[tuple[str, list]], tracker: object, slice_ms: int, after_slice: Any = None) -> None:
+    """Feed the corpus to `tracker` a slice of event time at a time (`after_slice()` after each), every agent's
+    stream open, then close them."""
+    from appliance.ingest.convert import PacketConverter
+
+    convert = PacketConverter().read
     for agent, _ in streams:
-        tracker.stream_opened(agent)
+        tracker.stream_opened(agent)  # type: ignore[attr-defined]
     cursors = [0] * len(streams)
     t = min(p[0].timestamp for _, p in streams)
     end = max(p[-1].timestamp for _, p in streams)
@@ -94,11 +141,12 @@ def finished_flows(streams: list[tuple[str, list]], slice_ms: int = 60_000, as_w
             while j < len(packets) and packets[j].timestamp < t:
                 j += 1
             for k in range(cursors[i], j, 500):
-                tracker.add_packets(agent, convert(packets[k : min(k + 500, j)]))
+                tracker.add_packets(agent, convert(packets[k : min(k + 500, j)]))  # type: ignore[attr-defined]
             cursors[i] = j
+        if after_slice is not None:
+            after_slice()
     for agent, _ in streams:
-        tracker.stream_closed(agent)
-    return flows
+        tracker.stream_closed(agent)  # type: ignore[attr-defined]
 
 
 def pipeline_rounds(flows: list) -> tuple[float, int, int]:
@@ -364,12 +412,9 @@ def main(e2e_rounds: int = E2E_ROUNDS) -> None:
     if split:  # the ceilings: ingestion alone where it runs beside analysis, a busy neighbour where analysis runs
         kinds["off_neighbour"] = ("off", split[0], split[1], None)
         # ... and analysis's own work there, replayed from the frames the server's outbox would send
-        from appliance.flows import record_codec
-
         from bench.analysis_replay import write_frames
 
-        wire = finished_flows(streams, as_wire=True)
-        write_frames(scratch / "frames", [record_codec.encode(wire[i : i + 256]) for i in range(0, len(wire), 256)])
+        write_frames(scratch / "frames", handed_over(streams))
         kinds["off_replay"] = ("off", split[0], split[1], scratch / "frames")
     rates: dict[str, dict[str, list[float]]] = {"warm": {kind: [] for kind in kinds}, "cold": {kind: [] for kind in kinds}}
     cpu: dict[str, dict[str, dict[str, list[float]]]] = {
