@@ -9,8 +9,9 @@ core, fed through a socketpair:
   outbox.h: FairQueue's rules). A sender thread calls into it and stays there, without the interpreter
   lock: it gathers for a few milliseconds (GATHER) or until a batch is full, so frames are few and large
   (an agent's stream ending sends at once: `send_now`), and writes flow record batches (proto/flow_record.proto)
-  to the channel. It comes back to Python only to send a control message. When analysis falls behind the socket fills, the sender waits, the outbox holds
-  its bound and what does not fit is dropped and counted per agent: nothing ever blocks a gRPC stream.
+  to the channel. It comes back to Python only to send a control message. When analysis falls behind the
+  socket fills, the sender waits, the outbox holds its bound and what does not fit is dropped and counted per
+  agent: nothing ever blocks a gRPC stream.
 - DNS answers and resolver events travel ahead of the flows that follow them (the resolver cache
   must know a name before the connection to its address is analysed).
 - REST changes to the analysis config, exclusions and console settings are saved in SQLite by this
