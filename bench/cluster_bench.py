@@ -146,6 +146,7 @@ def redis_round(hand_overs: list[tuple[bytes, list]], redis_url: str) -> float:
                 time.sleep(0.005)
             elapsed = time.perf_counter() - start
             assert totals["analysed"] == totals["added"] == flows and not totals.get("duplicates")
+            assert sink.dns_dropped == 0 and sink.flows_dropped == 0  # every answer and flow went to Redis
             return flows / elapsed
         finally:
             sink.stop()

@@ -34,8 +34,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from appliance.flows.tracker import FlowTracker
 
 from bench import UNSTABLE_SPREAD, release_round, spread, write_figures
 
@@ -123,14 +127,15 @@ def handed_over(streams: list[tuple[str, list]], batch: int = 256) -> list[tuple
     return frames
 
 
-def _track(streams: list[tuple[str, list]], tracker: object, slice_ms: int, after_slice: Any = None) -> None:
+def _track(streams: list[tuple[str, list]], tracker: FlowTracker, slice_ms: int,
+           after_slice: Callable[[], None] | None = None) -> None:
     """Feed the corpus to `tracker` a slice of event time at a time (`after_slice()` after each), every agent's
     stream open, then close them."""
     from appliance.ingest.convert import PacketConverter
 
     convert = PacketConverter().read
     for agent, _ in streams:
-        tracker.stream_opened(agent)  # type: ignore[attr-defined]
+        tracker.stream_opened(agent)
     cursors = [0] * len(streams)
     t = min(p[0].timestamp for _, p in streams)
     end = max(p[-1].timestamp for _, p in streams)
@@ -141,12 +146,12 @@ def _track(streams: list[tuple[str, list]], tracker: object, slice_ms: int, afte
             while j < len(packets) and packets[j].timestamp < t:
                 j += 1
             for k in range(cursors[i], j, 500):
-                tracker.add_packets(agent, convert(packets[k : min(k + 500, j)]))  # type: ignore[attr-defined]
+                tracker.add_packets(agent, convert(packets[k : min(k + 500, j)]))
             cursors[i] = j
         if after_slice is not None:
             after_slice()
     for agent, _ in streams:
-        tracker.stream_closed(agent)  # type: ignore[attr-defined]
+        tracker.stream_closed(agent)
 
 
 def pipeline_rounds(flows: list) -> tuple[float, int, int]:

@@ -57,7 +57,8 @@ class IngestService:
         self.tracker = tracker
         self.agents = agents
         self._on_dns_event = on_dns_event
-        # Called after a stream's end flushed the agent's flows: the hand-off sends them without gathering.
+        # Called after every stream's end (the agent's last one flushes its flows): the hand-off sends what waits
+        # without gathering.
         self._on_stream_closed = on_stream_closed
         # DNS answers seen in packets feed the resolver cache before their flow ends (TLS checks need them).
         self._lock = threading.Lock()
