@@ -33,7 +33,7 @@ from appliance.model import FlowRecord
 from appliance.pipeline import AnalysisPipeline
 from appliance.analysis.local import LocalAnalysis, NoAnalysis
 from appliance.analysis.process import AnalysisProcess
-from appliance.detection import DetectionParts
+from appliance.detection import SAMPLED_PROTOCOLS, DetectionParts
 from appliance.detection.alert_channel import AlertChannel
 from appliance.detection.alert_store import AlertStore
 from appliance.detection.analysis_config_holder import AnalysisConfigHolder
@@ -358,7 +358,7 @@ def build(settings: Settings) -> Appliance:
         FlowTimeouts(timeouts.tcp_idle, timeouts.udp_idle, timeouts.dns_idle, timeouts.icmp_idle,
                      timeouts.other_idle, timeouts.active, timeouts.dns_active),
         FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow,
-                   max_flows_per_agent=limits.max_flows_per_agent),
+                   max_flows_per_agent=limits.max_flows_per_agent, sampled_protocols=SAMPLED_PROTOCOLS),
         on_dns_responses=analysis.observe_answers, reader=converter.wire,
         # Analysed in this process: ended flows are FlowRecords, samples expanded. Else they leave as the C
         # table wrote them (a flow Python never held, as a whole record in the contract's encoding).

@@ -75,6 +75,14 @@ def settings(tmp: Path, tls: bool = False, worker: str = "thread"):  # noqa: ANN
     }, "bench")
 
 
+def server_limits():  # noqa: ANN201 - FlowLimits, imported late as every appliance module here
+    """The flow table's limits as the server sets them (app.build): the defaults, samples only where analysis reads them."""
+    from appliance.detection import SAMPLED_PROTOCOLS
+    from appliance.flows.tracker import FlowLimits
+
+    return FlowLimits(sampled_protocols=SAMPLED_PROTOCOLS)
+
+
 def finished_flows(streams: list[tuple[str, list]], slice_ms: int = 60_000, as_wire: bool = False) -> list:
     """The flow records the tracker hands to analysis for the corpus, agents interleaved by minute of
     event time as when they stream side by side. `as_wire`: as the server's flow table hands them to an analysis
@@ -83,7 +91,7 @@ def finished_flows(streams: list[tuple[str, list]], slice_ms: int = 60_000, as_w
     from appliance.flows.tracker import FlowTracker
 
     flows: list = []
-    _track(streams, FlowTracker(flows.extend, ended_as_wire=as_wire), slice_ms)
+    _track(streams, FlowTracker(flows.extend, limits=server_limits(), ended_as_wire=as_wire), slice_ms)
     return flows
 
 
@@ -107,7 +115,8 @@ def hand_overs(streams: list[tuple[str, list]], slice_ms: int = 60_000) -> list[
         answers.clear()
         ended.clear()
 
-    _track(streams, FlowTracker(ended.extend, ended_as_wire=True, on_dns_responses=answers.extend), slice_ms, hand_over)
+    _track(streams, FlowTracker(ended.extend, limits=server_limits(), ended_as_wire=True, on_dns_responses=answers.extend),
+           slice_ms, hand_over)
     hand_over()
     return out
 

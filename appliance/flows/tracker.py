@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from appliance.flows.dns import resolves
 from appliance.flows.packets import RawPacket, dns_message, expand
-from appliance.flows.record_codec import TRANSPORT_OF_PROTOCOL, AnyDns, EndedFlow, expand_samples, expanded
+from appliance.flows.record_codec import TRANSPORT_OF_PROTOCOL, AnyDns, EndedFlow, expand_samples, expanded, sample_mask
 from appliance.model import FlowRecord
 from appliance.native.fastpath import FlowTable, WireReader
 
@@ -90,6 +90,10 @@ class FlowLimits:
     sample_bytes: int = 2048
     dns_per_flow: int = 64
     max_flows_per_agent: int = 0  # 0: only max_flows; else an agent at its cap evicts its own oldest flow
+    # The IP protocols whose flows keep payload samples (None: every one). The server keeps only those analysis
+    # reads (appliance.detection.SAMPLED_PROTOCOLS): a UDP flow's samples were copied per packet, encoded, handed
+    # over and skipped unread; a DNS flow's messages are kept in `dns` either way.
+    sampled_protocols: frozenset[int] | None = None
 
 
 def flow_hash(protocol: int, ip_a: int, port_a: int, ip_b: int, port_b: int) -> bytes:
@@ -172,6 +176,7 @@ class FlowTracker:
             max_flows_per_agent=self.limits.max_flows_per_agent, reader=reader, sample_bytes=self.limits.sample_bytes,
             transports=TRANSPORT_OF_PROTOCOL, id_prefix=(flow_ids or FlowIds()).prefix, ended_as_wire=ended_as_wire,
             dns_per_flow=self.limits.dns_per_flow,
+            sampled=None if self.limits.sampled_protocols is None else sample_mask(self.limits.sampled_protocols),
         )
         self._ended_as_wire = ended_as_wire
         self._sample_bytes = self.limits.sample_bytes

@@ -655,6 +655,7 @@ typedef struct {
     Py_ssize_t max_flows, max_per_agent;
     uint32_t samples_cap;
     Py_ssize_t sample_bytes; /* bytes kept of each sample's payload */
+    uint8_t sampled[256];    /* per IP protocol: whether its flows keep payload samples at all */
     PyObject *factory, *keep, *ended;
     PyObject *transports; /* tuple indexed by IP protocol: FlowRecord.transport of each */
     Flow **ids;           /* id index: flows by `number` (same size as `buckets`), for find() */
@@ -1359,7 +1360,7 @@ static int track(void *ctx, Pkt *p)
         f->payload_in += (uint64_t)p->payload_len;
     }
     if (p->payload_len) {
-        int sample = f->samples < t->samples_cap;
+        int sample = f->samples < t->samples_cap && t->sampled[p->protocol];
         if (p->protocol != 1 && is_dns) {
             int full;
             if (keep_dns(t, f, p, sample, &full) < 0)
@@ -1741,18 +1742,24 @@ static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"idle_ns", "active_ns", "dns_active_ns", "max_flows", "samples_per_flow",
                              "factory", "keep", "max_flows_per_agent", "reader", "sample_bytes", "transports",
-                             "id_prefix", "ended_as_wire", "dns_per_flow", NULL};
+                             "id_prefix", "ended_as_wire", "dns_per_flow", "sampled", NULL};
     long long idle[NCLS], active, dns_active;
     Py_ssize_t max_flows, samples, max_per_agent = 0, sample_bytes = 2048, prefix_len = 0;
     PyObject *factory, *keep, *reader = Py_None, *transports = NULL;
     const char *prefix = "";
     int ended_as_wire = 0;
     Py_ssize_t dns_cap = 64;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO|n$OnO!s#pn", kwlist, &idle[0], &idle[1], &idle[2],
+    const char *sampled = NULL;
+    Py_ssize_t sampled_len = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "(LLLLL)LLnnOO|n$OnO!s#pnz#", kwlist, &idle[0], &idle[1], &idle[2],
                                      &idle[3], &idle[4], &active, &dns_active, &max_flows, &samples, &factory, &keep,
                                      &max_per_agent, &reader, &sample_bytes, &PyTuple_Type, &transports, &prefix,
-                                     &prefix_len, &ended_as_wire, &dns_cap))
+                                     &prefix_len, &ended_as_wire, &dns_cap, &sampled, &sampled_len))
         return -1;
+    if (sampled != NULL && sampled_len != 256) {
+        PyErr_SetString(PyExc_ValueError, "sampled must be 256 flags, one per IP protocol (or None: every one)");
+        return -1;
+    }
     if (transports == NULL || PyTuple_GET_SIZE(transports) != 256) {
         PyErr_SetString(PyExc_TypeError, "transports must be a tuple of 256: the transport of each IP protocol");
         return -1;
@@ -1799,6 +1806,8 @@ static int table_init(FlowTable *self, PyObject *args, PyObject *kwds)
     self->max_per_agent = max_per_agent > 0 && max_per_agent < max_flows ? max_per_agent : max_flows;
     self->samples_cap = (uint32_t)samples;
     self->sample_bytes = sample_bytes;
+    for (int i = 0; i < 256; i++)
+        self->sampled[i] = sampled == NULL || sampled[i] != 0;
     self->buckets = PyMem_Calloc(1024, sizeof(Flow *));
     self->ids = PyMem_Calloc(1024, sizeof(Flow *));
     self->mask = 1023;
@@ -1955,7 +1964,7 @@ static PyTypeObject FlowTableType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "FlowTable(idle_ns, active_ns, dns_active_ns, max_flows, samples_per_flow, factory, keep, "
               "max_flows_per_agent=0, *, reader=None, sample_bytes=2048, transports, id_prefix='', ended_as_wire=False, "
-              "dns_per_flow=64)",
+              "dns_per_flow=64, sampled=None)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)table_init,
     .tp_dealloc = (destructor)table_dealloc,

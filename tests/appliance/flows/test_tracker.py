@@ -128,6 +128,39 @@ def test_samples_per_flow_are_bounded_in_count_and_bytes():
     assert flow.payload_bytes_out == 300
 
 
+def test_only_the_sampled_protocols_flows_keep_payload_samples():
+    """The server keeps samples only where analysis reads them (TCP, ICMP): a DNS flow still keeps its messages,
+    a UDP flow its counters; with every protocol sampled (None) the UDP flows keep theirs as before."""
+    traffic = pkts(
+        wire.packet(ts_ms=BASE_MS, payload=b"\x16\x03\x01 hello"),  # TCP
+        wire.udp_out("10.0.0.5", "10.0.0.1", 4000, 53, wire.dns_query("www.example.org"), ts_ms=BASE_MS + 1),
+        wire.udp_in("10.0.0.5", "10.0.0.1", 4000, 53, wire.dns_response("www.example.org", [(1, bytes([1, 2, 3, 4]))]),
+                    ts_ms=BASE_MS + 2),
+        wire.udp_out("10.0.0.5", "10.0.0.9", 5000, 443, b"quic-initial", ts_ms=BASE_MS + 3),
+        wire.packet("10.0.0.5", "10.0.0.7", 0, 0, 1, BASE_MS + 4, payload=b"\x08\x00\x00\x00\x12\x34\x00\x01ping"),
+    )
+    kept = {}
+    for sampled in (frozenset({1, 6}), None):
+        tracker, _ = make(limits=FlowLimits(sampled_protocols=sampled))
+        tracker.add_packets(AGENT, traffic)
+        kept[sampled] = {(f.protocol, f.remote_port): (len(f.samples), len(f.dns), f.packets_out + f.packets_in,
+                                                       f.payload_bytes_out + f.payload_bytes_in) for f in tracker.snapshot()}
+    every, some = kept[None], kept[frozenset({1, 6})]
+    assert {flow: kept[:2] for flow, kept in some.items()} == {(6, 443): (1, 0), (17, 53): (0, 2), (17, 443): (0, 0), (1, 0): (1, 0)}
+    assert {flow: kept[:2] for flow, kept in every.items()} == {(6, 443): (1, 0), (17, 53): (2, 2), (17, 443): (1, 0), (1, 0): (1, 0)}
+    assert {flow: kept[2:] for flow, kept in some.items()} == {flow: kept[2:] for flow, kept in every.items()}  # counted alike
+
+
+def test_the_server_keeps_samples_of_the_protocols_analysis_reads(tmp_path):
+    from appliance.app import build
+    from appliance.config import parse_settings
+    from appliance.detection import SAMPLED_PROTOCOLS
+
+    app = build(parse_settings({"grpc": {"listen": "127.0.0.1:0", "tls": False}, "rest": {"listen": "127.0.0.1:0", "tls": False},
+                                "paths": {"state_dir": str(tmp_path)}, "analysis": {"worker": "off"}}, "test"))
+    assert app.tracker.limits.sampled_protocols == SAMPLED_PROTOCOLS
+
+
 def test_a_long_lived_dns_socket_is_cut_every_dns_active_timeout():
     tracker, expired = make(timeouts=FlowTimeouts(dns_active=60, dns_idle=30))
     queries = [wire.udp_out("10.0.0.5", "10.0.0.1", 4000, 53, wire.dns_query(f"q{i}.t.example"), ts_ms=BASE_MS + i * 5_000)
