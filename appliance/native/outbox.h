@@ -551,7 +551,11 @@ fail:
 }
 
 /* put_dns(items): (agent_id, serialized DnsMessage, from_event) items, or (agent_id, serialized DnsMessage)
- * answers (from_event false), in order; the number dropped (over dns_max). */
+ * answers (from_event false), in order; the number dropped (over dns_max).
+ *
+ * One node holds a call's items, framed one after the other as they go in the DNS frame: a node (a malloc here,
+ * a free on the sender's thread) per answer cost the ingestion CPU more than framing it did (bench/pipeline_bench.py,
+ * 2026-12-01: the answers' hand-off alone 4.0 ms of the gRPC threads' CPU a pass, ~7,600 answers). */
 static PyObject *outbox_put_dns(Outbox *self, PyObject *items)
 {
     if (!outbox_ready(self))
@@ -561,77 +565,68 @@ static PyObject *outbox_put_dns(Outbox *self, PyObject *items)
         return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     PyObject **it = PySequence_Fast_ITEMS(seq);
-    OutNode *head = NULL, *tail = NULL;
+    size_t *ends = PyMem_Malloc(sizeof(size_t) * (size_t)(n ? n : 1)); /* where each item's framing ends */
+    if (ends == NULL) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    size_t total = 0;
+    const char *agent;
+    Py_ssize_t alen;
+    PyObject *message;
+    int from_event;
     for (Py_ssize_t i = 0; i < n; i++) {
-        const char *agent;
-        Py_ssize_t alen;
-        PyObject *message;
-        int from_event;
-        if (dns_item_parts(it[i], 1, &agent, &alen, &message, &from_event) < 0)
-            goto fail;
-        Py_ssize_t mlen = PyBytes_GET_SIZE(message);
-        size_t body = dns_item_size(alen, mlen, from_event);
-        size_t len = 1 + varint_size(body) + body;
-        OutNode *node = malloc(sizeof(OutNode) + len);
-        if (node == NULL) {
-            PyErr_NoMemory();
-            goto fail;
+        if (dns_item_parts(it[i], 1, &agent, &alen, &message, &from_event) < 0) {
+            PyMem_Free(ends);
+            Py_DECREF(seq);
+            return NULL;
+        }
+        size_t body = dns_item_size(alen, PyBytes_GET_SIZE(message), from_event);
+        total += 1 + varint_size(body) + body;
+        ends[i] = total;
+    }
+    OutNode *node = NULL;
+    if (n) {
+        if ((node = malloc(sizeof(OutNode) + total)) == NULL) {
+            PyMem_Free(ends);
+            Py_DECREF(seq);
+            return PyErr_NoMemory();
+        }
+        uint8_t *o = node->data;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            dns_item_parts(it[i], 1, &agent, &alen, &message, &from_event); /* succeeded above: nothing changed */
+            o = put_dns_item(o, agent, alen, message, from_event);      /* as encode_dns_batch writes it */
         }
         node->put_at = 0;
-        uint8_t *o = put_dns_item(node->data, agent, alen, message, from_event); /* as encode_dns_batch writes it */
-        node->len = (size_t)(o - node->data);
         node->bytes = node->data;
         node->owner = NULL;
-        node->prev = tail;
-        node->next = NULL;
-        if (tail != NULL)
-            tail->next = node;
-        else
-            head = node;
-        tail = node;
+        node->prev = node->next = NULL;
     }
     Py_DECREF(seq);
     Py_ssize_t dropped = 0;
     pthread_mutex_lock(&self->mu);
-    Py_ssize_t room = self->dns_max - self->dns_depth;
-    OutNode *keep = head;
-    Py_ssize_t kept = 0;
-    OutNode *cut = NULL;
-    for (OutNode *x = head; x != NULL; x = x->next) {
-        if (kept == room) {
-            cut = x;
-            break;
-        }
-        kept++;
-    }
-    if (cut != NULL) { /* the newest beyond the bound are dropped */
-        if (cut->prev != NULL)
-            cut->prev->next = NULL;
-        else
-            keep = NULL;
-        tail = cut->prev;
-        for (OutNode *x = cut; x != NULL; x = x->next)
-            dropped++;
+    Py_ssize_t room = self->dns_max - self->dns_depth, kept = n < room ? n : (room > 0 ? room : 0);
+    if (kept < n) { /* the newest beyond the bound are dropped */
+        dropped = n - kept;
         self->dns_dropped += (unsigned long long)dropped;
     }
-    if (keep != NULL) {
+    if (kept) {
         Py_ssize_t dns_before = self->dns_depth;
-        keep->prev = self->dns_tail;
+        node->len = ends[kept - 1];
+        node->prev = self->dns_tail;
         if (self->dns_tail != NULL)
-            self->dns_tail->next = keep;
+            self->dns_tail->next = node;
         else
-            self->dns_head = keep;
-        self->dns_tail = tail;
+            self->dns_head = node;
+        self->dns_tail = node;
         self->dns_depth += kept;
         outbox_wake(self, self->depth, dns_before);
+        node = NULL;
     }
     pthread_mutex_unlock(&self->mu);
-    outbox_free_nodes(cut);
+    free(node); /* none kept */
+    PyMem_Free(ends);
     return PyLong_FromSsize_t(dropped);
-fail:
-    outbox_free_nodes(head);
-    Py_DECREF(seq);
-    return NULL;
 }
 
 /* run(fd) -> (flows lost, errno): send until asked back (poke, a drain that wants the outbox empty, closing):
