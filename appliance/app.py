@@ -19,7 +19,7 @@ from appliance.agent_registry import AgentRegistry
 from appliance.artifacts import CA_FILE, ArtifactStore
 from appliance.export import JsonLinesExporter
 from appliance.enrollment import EnrollmentService, EnrollmentStore, StreamGate, default_endpoints
-from appliance.config import Settings, split_listen
+from appliance.config import LimitSettings, Settings, split_listen
 from appliance.flows.finished import FinishedFlows
 from appliance.flows.record_codec import EndedFlow
 from appliance.flows.tracker import FlowLimits, FlowTimeouts, FlowTracker
@@ -302,6 +302,13 @@ def build_analysis(settings: Settings, stores: DetectionStores, on_drop: Callabl
     return parts, pipeline
 
 
+def flow_limits(limits: LimitSettings) -> FlowLimits:
+    """The flow table's bounds as the server sets them: the configured ones, payload samples kept only for the
+    protocols analysis reads (a UDP flow's would be copied, handed over and skipped unread)."""
+    return FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow,
+                      max_flows_per_agent=limits.max_flows_per_agent, sampled_protocols=SAMPLED_PROTOCOLS)
+
+
 def build(settings: Settings) -> Appliance:
     """Wire the appliance from settings (no network is opened until `start()`)."""
     paths = settings.paths
@@ -357,8 +364,7 @@ def build(settings: Settings) -> Appliance:
         on_expire,
         FlowTimeouts(timeouts.tcp_idle, timeouts.udp_idle, timeouts.dns_idle, timeouts.icmp_idle,
                      timeouts.other_idle, timeouts.active, timeouts.dns_active),
-        FlowLimits(limits.max_flows, limits.samples_per_flow, limits.sample_bytes, limits.dns_per_flow,
-                   max_flows_per_agent=limits.max_flows_per_agent, sampled_protocols=SAMPLED_PROTOCOLS),
+        flow_limits(limits),
         on_dns_responses=analysis.observe_answers, reader=converter.wire,
         # Analysed in this process: ended flows are FlowRecords, samples expanded. Else they leave as the C
         # table wrote them (a flow Python never held, as a whole record in the contract's encoding).

@@ -76,11 +76,11 @@ def settings(tmp: Path, tls: bool = False, worker: str = "thread"):  # noqa: ANN
 
 
 def server_limits():  # noqa: ANN201 - FlowLimits, imported late as every appliance module here
-    """The flow table's limits as the server sets them (app.build): the defaults, samples only where analysis reads them."""
-    from appliance.detection import SAMPLED_PROTOCOLS
-    from appliance.flows.tracker import FlowLimits
+    """The flow table's limits as the server sets them with the default config (app.flow_limits)."""
+    from appliance.app import flow_limits
+    from appliance.config import LimitSettings
 
-    return FlowLimits(sampled_protocols=SAMPLED_PROTOCOLS)
+    return flow_limits(LimitSettings())
 
 
 def finished_flows(streams: list[tuple[str, list]], slice_ms: int = 60_000, as_wire: bool = False) -> list:

@@ -73,3 +73,24 @@ def test_an_analysis_process_collects_garbage_on_a_timer_not_on_allocations():
         gc.unfreeze()
         gc.enable()
         gc.set_threshold(*thresholds)
+
+
+def test_the_servers_flow_table_keeps_samples_only_of_the_protocols_analysis_reads(tmp_path):
+    """As build() wires it: a TCP flow keeps its payload sample, a DNS flow its messages but no samples."""
+    from appliance.app import build
+    from appliance.config import parse_settings
+    from appliance.ingest.convert import PacketConverter
+
+    app = build(parse_settings({"grpc": {"listen": "127.0.0.1:0", "tls": False}, "rest": {"listen": "127.0.0.1:0", "tls": False},
+                                "paths": {"state_dir": str(tmp_path)}, "analysis": {"worker": "off"}}, "test"))
+    try:
+        now_ms = wire.now_ms()
+        packets = PacketConverter().read([
+            wire.packet(ts_ms=now_ms, payload=b"\x16\x03\x01 hello"),
+            wire.udp_out("10.0.0.5", "10.0.0.1", 4000, 53, wire.dns_query("www.example.org"), ts_ms=now_ms + 1),
+        ], (now_ms + 1000) * 1_000_000)
+        app.tracker.add_packets("agent-1", packets)
+        kept = {f.protocol: (len(f.samples), len(f.dns)) for f in app.tracker.snapshot()}
+        assert kept == {6: (1, 0), 17: (0, 1)}
+    finally:
+        app.stop()

@@ -151,16 +151,6 @@ def test_only_the_sampled_protocols_flows_keep_payload_samples():
     assert {flow: kept[2:] for flow, kept in some.items()} == {flow: kept[2:] for flow, kept in every.items()}  # counted alike
 
 
-def test_the_server_keeps_samples_of_the_protocols_analysis_reads(tmp_path):
-    from appliance.app import build
-    from appliance.config import parse_settings
-    from appliance.detection import SAMPLED_PROTOCOLS
-
-    app = build(parse_settings({"grpc": {"listen": "127.0.0.1:0", "tls": False}, "rest": {"listen": "127.0.0.1:0", "tls": False},
-                                "paths": {"state_dir": str(tmp_path)}, "analysis": {"worker": "off"}}, "test"))
-    assert app.tracker.limits.sampled_protocols == SAMPLED_PROTOCOLS
-
-
 def test_a_long_lived_dns_socket_is_cut_every_dns_active_timeout():
     tracker, expired = make(timeouts=FlowTimeouts(dns_active=60, dns_idle=30))
     queries = [wire.udp_out("10.0.0.5", "10.0.0.1", 4000, 53, wire.dns_query(f"q{i}.t.example"), ts_ms=BASE_MS + i * 5_000)
