@@ -78,7 +78,7 @@ $(TEST_STAMP): requirements-test.txt concierge/requirements.txt concierge/requir
 	  -r concierge/requirements.txt -r concierge/requirements-test.txt $(PIPQUIET)
 	@touch $@
 
-$(NATIVE): appliance/native/fastpath.c appliance/native/outbox.h appliance/native/dns_wire.h appliance/native/dpi.c appliance/native/tls_hello.h appliance/native/dns_windows.h appliance/native/suffix_split.h appliance/native/slot_maker.h appliance/native/dns_list.h appliance/native/sample_list.h appliance/native/facts_memo.h appliance/native/dpi_loop.h appliance/native/loop_failure.h appliance/native/behaviour_tally.h appliance/native/signature_scan.h appliance/native/name_model.h appliance/native/resolver_cache.h appliance/native/word_segment.h appliance/native/resolver_batch.h appliance/native/tls_gate.h pyproject.toml $(STAMP)
+$(NATIVE): appliance/native/fastpath.c appliance/native/outbox.h appliance/native/dns_wire.h appliance/native/dpi.c appliance/native/tls_hello.h appliance/native/dns_windows.h appliance/native/suffix_split.h appliance/native/slot_maker.h appliance/native/dns_list.h appliance/native/sample_list.h appliance/native/facts_memo.h appliance/native/dpi_loop.h appliance/native/loop_failure.h appliance/native/behaviour_tally.h appliance/native/signature_scan.h appliance/native/name_model.h appliance/native/resolver_cache.h appliance/native/word_segment.h appliance/native/resolver_batch.h appliance/native/tls_gate.h appliance/native/memory_reserve.h pyproject.toml $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e . $(PIPQUIET)
 	@$(PY) -c "import appliance.native.fastpath, appliance.native.dpi" || { echo "the C extensions did not build: see the compiler output above"; exit 1; }
 	@touch $@

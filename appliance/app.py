@@ -395,7 +395,7 @@ def build(settings: Settings) -> Appliance:
         "analysis_dropped_by_agent": lambda: dict(analysis.dropped_by_agent),
         "analysis_errors": lambda: analysis.counter("analysis_errors"),
         "analysis_worker": lambda: {"cluster": {}, "frames_refused": 0, "signature_rules": 0, "signature_reloads": 0, "cpus": [],
-                                    "channel_buffer": 0, **analysis.status()},  # cluster: a cluster role's Redis counters
+                                    "channel_buffer": 0, "memory_reserved": 0, **analysis.status()},  # cluster: a cluster role's Redis counters
         "detections_generated": lambda: analysis.counter("detections_generated"),
         "detections_suppressed": lambda: analysis.counter("detections_suppressed"),
         "alerts_generated": lambda: analysis.counter("alerts_generated"),

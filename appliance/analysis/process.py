@@ -115,7 +115,8 @@ class AnalysisProcess(OutboxHandOff):
                 "frames_refused": self._base.get("frames_refused", 0) + int(self._stats.get("frames_refused", 0)),
                 "signature_rules": int(self._stats.get("signature_rules", 0)),
                 "signature_reloads": int(self._stats.get("signature_reloads", 0)), "cpus": sorted(self._cpus),
-                "channel_buffer": channel.send_buffer() if (channel := self._channel) is not None else 0}
+                "channel_buffer": channel.send_buffer() if (channel := self._channel) is not None else 0,
+                "memory_reserved": int(self._stats.get("memory_reserved", 0))}
 
     # -- life cycle -----------------------------------------------------------------------------
     def spawn(self) -> None:

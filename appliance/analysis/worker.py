@@ -26,6 +26,7 @@ from typing import Any
 
 from appliance.analysis.channel import CONTROL, DNS, FLOWS, STATS, Channel, ChannelClosed
 from appliance.analysis.local import analysis_counters
+from appliance.analysis.memory import reserve as reserve_memory
 from appliance.config import parse_settings
 from appliance.detection import SAMPLED_PROTOCOLS
 from appliance.flows import record_codec
@@ -39,13 +40,14 @@ _SAMPLED = record_codec.sample_mask(SAMPLED_PROTOCOLS)
 class Worker:
     """One analysis process: the stack and the loop that feeds it from the channel."""
 
-    def __init__(self, channel: Channel, settings: Any) -> None:
+    def __init__(self, channel: Channel, settings: Any, memory_reserved: int = 0) -> None:
         from appliance.app import build_analysis, open_stores  # the composition recipe shared with the thread
 
         self.channel = channel
         self.settings = settings
         self.stores = open_stores(settings, batched_alerts=True)
         self.parts, self.pipeline = build_analysis(settings, self.stores, tls_views=False)
+        self.memory_reserved = memory_reserved  # bytes touched at start-up (analysis.memory.reserve)
         self.flows_received = 0
         self.frames_refused = 0  # frames that did not decode (a bug on the other side): counted, skipped
         self._send_lock = threading.Lock()
@@ -54,6 +56,7 @@ class Worker:
     def report(self, **extra: Any) -> None:
         signatures = self.parts.signatures
         body = {"ready": True, "flows_received": self.flows_received, "frames_refused": self.frames_refused,
+                "memory_reserved": self.memory_reserved,
                 "signature_rules": signatures.loaded, "signature_reloads": signatures.reloads,
                 "counters": {k: v for k, v in analysis_counters(self.parts, self.pipeline).items() if isinstance(v, int)},
                 "export": self.parts.exporter.stats() if self.parts.exporter is not None else {}, **extra}
@@ -165,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as err:  # a filter that answers EPERM: analysis still runs, at the server's priority
             log.warning("analysis.nice %d not applied: %s", settings.analysis.nice, err)
     started = time.monotonic()
-    worker = Worker(channel, settings)
+    reserved = reserve_memory(settings.analysis.memory_prefault_mb)  # before the stack: its allocations come from it too
+    worker = Worker(channel, settings, sum(reserved))
     log.info("analysis process ready in %.1f s", time.monotonic() - started)
     from appliance.app import tune_analysis_garbage_collector
 

@@ -422,8 +422,12 @@ class Analyzer:
 def run_analyzer(settings: Settings) -> int:
     """`python -m appliance` with `cluster.role: analyzer`: analyse until SIGTERM or SIGINT."""
     from appliance.__main__ import wait_for_stop_signal
+    from appliance.analysis.memory import reserve as reserve_memory
     from appliance.app import tune_analysis_garbage_collector
 
+    # Before the stack is built. Analysis runs on a thread here, with a malloc arena of its own: the arena pool is
+    # what serves it (Python's objects), the heap third serves the main thread only.
+    reserve_memory(settings.analysis.memory_prefault_mb)
     # A fatal error ends the wait below as a signal would; the exit status then says it failed.
     analyzer = Analyzer(settings, on_fatal=lambda: os.kill(os.getpid(), signal.SIGTERM))
     analyzer.start()

@@ -934,6 +934,7 @@ static PyObject *sample_facts_read(PyObject *samples, PyObject *reader)
 
 #include "facts_memo.h"
 #include "dpi_loop.h"
+#include "memory_reserve.h"
 
 static PyMethodDef dpi_functions[] = {
     {"sample_facts", (PyCFunction)(void (*)(void))sample_facts, METH_FASTCALL,
@@ -980,6 +981,9 @@ static PyMethodDef dpi_functions[] = {
      "(dpi_loop.h)."},
     {"shannon_entropy", shannon_entropy, METH_O,
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},
+    {"reserve_memory", (PyCFunction)(void (*)(void))reserve_memory, METH_FASTCALL,
+     "reserve_memory(arena_bytes, heap_bytes) -> (arena bytes reserved, heap bytes touched): memory touched now "
+     "instead of page by page later, once per process (memory_reserve.h)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -52,6 +52,7 @@ class AnalysisWorkerStatus(BaseModel):
     signature_reloads: int = 0  # good reloads since analysis started (a restarted process counts from 0)
     cpus: list[int] = []  # the CPUs the analysis process is pinned to (analysis.pin_cpus); empty: not pinned
     channel_buffer: int = 0  # mode process: the send buffer the kernel granted the channel, in bytes (it reports double)
+    memory_reserved: int = 0  # mode process: bytes the analysis process touched at start-up (analysis.memory_prefault_mb)
     cluster: dict[str, int] = {}  # cluster roles: what this node did with Redis (README, "Cluster")
 
 

@@ -65,6 +65,7 @@ def test_alerts_are_raised_by_the_analysis_process(in_process: Any) -> None:
     assert worker["mode"] == "process" and worker["pid"] not in (0, os.getpid())
     granted = min(SEND_BUFFER, int(Path("/proc/sys/net/core/wmem_max").read_text()))
     assert worker["channel_buffer"] == 2 * granted  # what the kernel granted the channel (it reports double)
+    assert worker["memory_reserved"] == (85 + 42) << 20  # analysis.memory_prefault_mb 128: whole MiB of arenas and heap
     assert running.app.pipeline is None and running.app.detection is None  # nothing analyses in this process
     sent = sc.stream(running.stub(), sc.iodine_tunnel())
     alerts = alerts_of(running)
