@@ -108,6 +108,10 @@ class Channel:
             chunks += chunk
         return bytes(chunks)
 
+    def waiting(self) -> bool:
+        """Whether the next frame's first bytes are here already (recv would not wait)."""
+        return bool(self._readable.poll(0))
+
     def recv(self) -> tuple[bytes, bytes]:
         """The next frame (kind, payload); ChannelClosed at the end."""
         if self.sock.gettimeout() is None:  # with a timeout, recv itself polls for data first

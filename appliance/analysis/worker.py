@@ -34,6 +34,10 @@ from appliance.flows import record_codec
 log = logging.getLogger("appliance.analysis.worker")
 
 STATS_EVERY = 0.25  # seconds between counter reports while anything changes
+# A round's alerts are committed when no frame waits behind it, else at least this often (seconds): frames that queue
+# while analysis is busy (the ends of many streams at once) share one commit instead of one each (0.05-0.27 ms,
+# docs/figures.md 2026-12-02). The saves wait in memory meanwhile, never in an open transaction (AlertStore).
+COMMIT_EVERY = 0.05
 _SAMPLED = record_codec.sample_mask(SAMPLED_PROTOCOLS)
 
 
@@ -49,6 +53,7 @@ class Worker:
         self.parts, self.pipeline = build_analysis(settings, self.stores, tls_views=False)
         self.memory_reserved = memory_reserved  # bytes touched at start-up (analysis.memory.reserve)
         self.flows_received = 0
+        self._committed_at = time.monotonic()
         self.frames_refused = 0  # frames that did not decode (a bug on the other side): counted, skipped
         self._send_lock = threading.Lock()
         self.stopped = threading.Event()  # set when serve() ends: the process's helper threads stop with it
@@ -86,10 +91,10 @@ class Worker:
                 kind, payload = self.channel.recv()
                 if kind == FLOWS:
                     self._flows(payload)
-                    self.stores.alerts.commit()  # the round's alerts, in one transaction
+                    self._round_done()
                 elif kind == DNS:
                     self._dns(payload)
-                    self.stores.alerts.commit()
+                    self._round_done()
                 elif kind == CONTROL:
                     body = _control(payload)
                     if body is None:
@@ -99,6 +104,7 @@ class Worker:
                     if op == "reload":
                         self.reload()
                     elif op == "drain" and isinstance(body.get("seq"), int):
+                        self._commit()  # drained: every alert of what was sent before is in the database
                         if self.parts.exporter is not None:
                             self.parts.exporter.flush()
                         self.report(drained=body["seq"])
@@ -111,12 +117,23 @@ class Worker:
         except ChannelClosed:
             log.warning("the server's end of the analysis channel closed: exiting")
         finally:
-            self.stores.alerts.commit()
+            self._commit()
             self.stopped.set()
             self.parts.watcher.stop()
             if self.parts.exporter is not None:
                 self.parts.exporter.stop()
             self.stores.db.close()
+
+    def _round_done(self) -> None:
+        """A frame analysed: its alerts committed now, unless another frame already waits (COMMIT_EVERY)."""
+        if self.channel.waiting() and time.monotonic() - self._committed_at < COMMIT_EVERY:
+            self.stores.alerts.next_round()
+        else:
+            self._commit()
+
+    def _commit(self) -> None:
+        self.stores.alerts.commit()
+        self._committed_at = time.monotonic()
 
     def _flows(self, payload: bytes) -> None:
         try:

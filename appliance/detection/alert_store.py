@@ -204,6 +204,11 @@ class AlertStore:
             self._uncommitted = False
         self._version_checked = False
 
+    def next_round(self) -> None:
+        """A round of flows ends without a commit (the next follows at once): it still looks again whether another
+        connection committed."""
+        self._version_checked = False
+
     def _write(self, event: str, alert: Alert) -> None:
         if event == "opened":
             # The active count moves by this one row: a COUNT over the table on every save made

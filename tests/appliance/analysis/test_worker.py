@@ -192,3 +192,83 @@ def test_analysis_makes_no_cyclic_garbage(tmp_path: Path) -> None:
     finally:
         gc.enable()
         worker.stores.db.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Any:
+    """A Worker in this process serving the far end of a real channel (started by the test), its commits counted."""
+    import sqlite3
+    import threading
+
+    from appliance.analysis import worker as worker_module
+    from appliance.config import parse_settings
+
+    ours, theirs = Channel.pair()
+    settings = parse_settings({"paths": {"state_dir": str(tmp_path), "certs_dir": str(tmp_path / "c"),
+                                         "static_dir": str(tmp_path / "s"), "signatures_dir": str(ROOT / "rules")}}, "test")
+    worker = worker_module.Worker(Channel(theirs), settings)
+    commits: list[int] = []
+    commit = worker.stores.alerts.commit
+
+    def counted() -> None:
+        commits.append(1)
+        commit()
+
+    worker.stores.alerts.commit = counted  # type: ignore[method-assign]
+    thread = threading.Thread(target=worker.serve)
+
+    def alerts_in_the_database() -> int:  # as the server's REST reads them: another connection
+        with sqlite3.connect(tmp_path / "detection.db") as db:
+            return int(db.execute("SELECT COUNT(*) FROM alerts").fetchone()[0])
+
+    yield ours, thread, commits, alerts_in_the_database
+    if thread.is_alive():
+        ours.send_json(CONTROL, {"op": "stop"})
+        thread.join(20)
+    ours.close()
+
+
+def tunnels(count: int) -> list[bytes]:
+    """`count` frames, each a DNS tunnel of an agent of its own (one alert each)."""
+    frames = []
+    for n in range(count):
+        stream = sc.iodine_tunnel(seconds=30)
+        stream.machine_id = f"tunnel-{n}"
+        frames.append(record_codec.encode(flows_of(stream)))
+    return frames
+
+
+def test_frames_queued_behind_a_busy_round_share_one_commit(served: Any) -> None:
+    channel, thread, commits, alerts_in_the_database = served
+    for frame in tunnels(4):  # all waiting before the worker reads the first
+        channel.send(FLOWS, frame)
+    thread.start()
+    body = drained(channel, 1)
+    assert body["counters"]["alerts_generated"] == 4
+    assert len(commits) == 1  # the drain's: every frame had the next one waiting behind it
+    assert alerts_in_the_database() == 4  # drained means committed
+
+
+def test_a_frame_with_nothing_behind_it_is_committed_at_once(served: Any) -> None:
+    import time
+
+    channel, thread, commits, alerts_in_the_database = served
+    thread.start()
+    channel.send(FLOWS, tunnels(1)[0])
+    deadline = time.monotonic() + 10
+    while alerts_in_the_database() == 0 and time.monotonic() < deadline:  # no drain asked: visible all the same
+        time.sleep(0.02)
+    assert alerts_in_the_database() == 1 and len(commits) == 1
+
+
+def test_frames_that_keep_coming_are_committed_at_least_every_commit_every(served: Any,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance.analysis import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "COMMIT_EVERY", 0.0)  # every round is already past the bound
+    channel, thread, commits, _ = served
+    for frame in tunnels(3):
+        channel.send(FLOWS, frame)
+    thread.start()
+    drained(channel, 1)
+    assert len(commits) == 3 + 1  # each frame's, then the drain's
