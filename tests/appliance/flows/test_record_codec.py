@@ -90,21 +90,27 @@ def test_an_empty_batch_is_no_flows() -> None:
 
 
 def test_records_the_flow_table_wrote_in_c_decode_to_the_records_python_would_have_made() -> None:
-    """The C table writes the samples of TCP and non-DNS UDP flows, and whole records of flows Python never held,
-    straight into this contract; the analysis process must read the same records and Packets the in-process
-    path makes (counters, ids, end reasons, payload cut, names, flags and all), in the order they ended."""
-    streams = (sc.benign_office(2, minutes=3), sc.raw_ip_tls(), sc.http_exfiltration())
+    """The C table writes the samples of TCP, ICMP and non-DNS UDP flows, and whole records of flows Python never
+    held, straight into this contract; the analysis process must read the same records and Packets the in-process
+    path makes (counters, ids, end reasons, payload cut, names, flags, ICMP's type, code and data and all), in the
+    order they ended."""
+    streams = (sc.benign_office(2, minutes=3), sc.raw_ip_tls(), sc.http_exfiltration(), sc.icmp_tunnel(),
+               sc.icmp_tunnel(kind="icmpsh"))
     as_wire: list[record_codec.EndedFlow] = []
     tracker = FlowTracker(as_wire.extend, ended_as_wire=True)
     converter = PacketConverter()
-    for stream in streams:
+    for n, stream in enumerate(streams):
         for batch in sc.batches(stream.sorted()):
             tracker.add_packets(stream.machine_id, converter.read(batch.packets))
+            if n == 0 and not tracker.snapshot_visited():
+                tracker.snapshot()  # the flows live now are held by Python from here on: they end as FlowRecords
     tracker.flush_all()
     expanded = flows_of(*streams)
     wire_flows = [f for f in as_wire if isinstance(f, WireFlow)]
-    held = [f for f in as_wire if isinstance(f, FlowRecord)]  # DNS and ICMP flows: Python kept their packets
+    held = [f for f in as_wire if isinstance(f, FlowRecord)]
     assert wire_flows and held and not any(f.kept_wire for f in expanded)
+    icmp = [r for r in map(record_codec.record_of, wire_flows) if r.protocol == 1]
+    assert icmp and all(p.icmp is not None for r in icmp for p in record_codec.expanded(r).samples)
     assert all(f.entry and f.flow_id and f.agent_id and f.last_ns for f in wire_flows)
     assert record_codec.decode(record_codec.encode(as_wire)) == expanded  # mixed runs keep their order
     only_wire = record_codec.encode(wire_flows)  # joined in one call
