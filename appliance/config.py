@@ -144,7 +144,7 @@ class AnalysisSettings(_Section):
     pin_cpus: bool = True
     # MiB the analysis process (or a cluster analyzer) touches at start-up, two thirds as Python's object arenas,
     # a third as C heap, so that its state grows without a page fault per new page while flows wait
-    # (appliance/analysis/memory.py); resident from the start. 0: none.
+    # (appliance/analysis/memory.py); resident from the start, at most a quarter of what is available then. 0: none.
     memory_prefault_mb: Annotated[int, Field(ge=0, le=16384)] = 128
     sweep_interval: Annotated[float, Field(gt=0, le=60)] = 1.0
     # Detector tuning lives in the persisted analysis config (GET/POST /api/v1/config); these

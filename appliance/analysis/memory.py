@@ -16,6 +16,19 @@ from appliance.native import dpi
 log = logging.getLogger(__name__)
 
 _MB = 1 << 20
+MAX_SHARE_OF_AVAILABLE = 4  # never more than a quarter of the memory available when the process starts
+
+
+def available_mb() -> int | None:
+    """MemAvailable from /proc/meminfo, in MiB (None where it cannot be read)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def reserve(prefault_mb: int) -> tuple[int, int]:
@@ -24,6 +37,14 @@ def reserve(prefault_mb: int) -> tuple[int, int]:
     already. The heap part serves the calling thread's malloc arena: call it from the thread that analyses."""
     if prefault_mb <= 0:
         return (0, 0)
+    available = available_mb()
+    if available is not None and prefault_mb > available // MAX_SHARE_OF_AVAILABLE:
+        # A box smaller than the config assumed: touching it all would only push other memory out.
+        log.warning("analysis.memory_prefault_mb %d is over a quarter of the %d MiB available: %d MiB reserved",
+                    prefault_mb, available, available // MAX_SHARE_OF_AVAILABLE)
+        prefault_mb = available // MAX_SHARE_OF_AVAILABLE
+        if prefault_mb <= 0:
+            return (0, 0)
     arenas = prefault_mb * _MB * 2 // 3
     started = time.monotonic()
     try:

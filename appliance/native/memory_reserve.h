@@ -22,6 +22,7 @@
  * reserve_memory(arena_bytes, heap_bytes) -> (arena_bytes reserved, heap_bytes touched)
  */
 
+#include <errno.h>
 #include <malloc.h>
 #include <sys/mman.h>
 
@@ -86,11 +87,20 @@ static int mr_arena_pool(size_t bytes)
     char *end = base + bytes;
     if (mapped + bytes + align > end)
         munmap(end, (size_t)(mapped + bytes + align - end));
-    /* MADV_POPULATE_WRITE (Linux 5.14) faults every page in one call; else one write per page. */
+    /* MADV_POPULATE_WRITE (Linux 5.14) faults every page in one call, and says ENOMEM instead of calling the OOM
+     * killer when memory runs out: then nothing is kept. Without it (EINVAL), one write per page. */
+    int populated = -1;
 #ifdef MADV_POPULATE_WRITE
-    if (madvise(base, bytes, MADV_POPULATE_WRITE) != 0)
+    populated = madvise(base, bytes, MADV_POPULATE_WRITE);
+    if (populated != 0 && errno != EINVAL) {
+        int err = errno;
+        munmap(base, bytes);
+        errno = err;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
 #endif
-    {
+    if (populated != 0) {
         for (size_t i = 0; i < bytes; i += 4096)
             ((volatile char *)base)[i] = 0;
     }

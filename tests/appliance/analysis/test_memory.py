@@ -85,3 +85,26 @@ def test_negative_sizes_are_refused(args: tuple[int, int]) -> None:
 
     with pytest.raises(ValueError):
         dpi.reserve_memory(*args)
+
+
+def test_a_reserve_over_a_quarter_of_the_available_memory_is_cut_to_that_quarter() -> None:
+    """A box smaller than the config assumed: 40 MiB available (as /proc/meminfo would say) gets 10 MiB reserved."""
+    script = ("import json; from appliance.analysis import memory; memory.available_mb = lambda: 40; "
+              "print(json.dumps(memory.reserve(128)))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(done.stdout) == [6 << 20, 3 << 20]  # two thirds of 10 MiB in whole MiB, and the heap's third
+    assert "over a quarter of the 40 MiB available: 10 MiB reserved" in done.stderr
+
+
+def test_with_almost_nothing_available_nothing_is_reserved(monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance.analysis import memory
+
+    monkeypatch.setattr(memory, "available_mb", lambda: 3)
+    assert reserve(128) == (0, 0)  # a quarter of 3 MiB is no whole MiB: the native call is never made
+
+
+def test_the_available_memory_is_read_from_meminfo() -> None:
+    from appliance.analysis import memory
+
+    available = memory.available_mb()
+    assert available is not None and 0 < available < 1 << 30
