@@ -34,7 +34,8 @@ from appliance.flows import record_codec
 log = logging.getLogger("appliance.analysis.worker")
 
 STATS_EVERY = 0.25  # seconds between counter reports while anything changes
-# A round's alerts are committed when no frame waits behind it, else at least this often (seconds): frames that queue
+# A round's alerts are committed when no frame waits behind it, else once the oldest uncommitted round is this old
+# (seconds): frames that queue
 # while analysis is busy (the ends of many streams at once) share one commit instead of one each (0.05-0.27 ms,
 # docs/figures.md 2026-12-02). The saves wait in memory meanwhile, never in an open transaction (AlertStore).
 COMMIT_EVERY = 0.05
@@ -53,7 +54,7 @@ class Worker:
         self.parts, self.pipeline = build_analysis(settings, self.stores, tls_views=False)
         self.memory_reserved = memory_reserved  # bytes touched at start-up (analysis.memory.reserve)
         self.flows_received = 0
-        self._committed_at = time.monotonic()
+        self._uncommitted_since = 0.0  # monotonic time of the first round not committed yet (0: none)
         self.frames_refused = 0  # frames that did not decode (a bug on the other side): counted, skipped
         self._send_lock = threading.Lock()
         self.stopped = threading.Event()  # set when serve() ends: the process's helper threads stop with it
@@ -125,15 +126,19 @@ class Worker:
             self.stores.db.close()
 
     def _round_done(self) -> None:
-        """A frame analysed: its alerts committed now, unless another frame already waits (COMMIT_EVERY)."""
-        if self.channel.waiting() and time.monotonic() - self._committed_at < COMMIT_EVERY:
+        """A frame analysed: its alerts committed now, unless another frame already waits and the oldest round not
+        committed is younger than COMMIT_EVERY."""
+        now = time.monotonic()
+        if not self._uncommitted_since:
+            self._uncommitted_since = now
+        if self.channel.waiting() and now - self._uncommitted_since < COMMIT_EVERY:
             self.stores.alerts.next_round()
         else:
             self._commit()
 
     def _commit(self) -> None:
         self.stores.alerts.commit()
-        self._committed_at = time.monotonic()
+        self._uncommitted_since = 0.0
 
     def _flows(self, payload: bytes) -> None:
         try:

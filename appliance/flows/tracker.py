@@ -186,8 +186,9 @@ class FlowTracker:
     def _keep(self, flow: FlowRecord, raw: RawPacket, sample: bool, is_dns: bool) -> bool:
         """Store a packet the flow keeps (a payload sample, a DNS message); True when a DNS flow is full.
 
-        Called from C for the packets ICMP flows keep (IcmpInfo is read from the uncut payload; a port-53 ICMP
-        packet is read as DNS too); every other flow's samples and DNS messages are kept in C.
+        Called from C for the packets ICMP flows keep when analysis runs in this process (IcmpInfo is read from the
+        uncut payload), and for a port-53 ICMP packet (read as DNS too); every other flow's samples and DNS messages,
+        and ICMP's samples when flows end as contract bytes (`ended_as_wire`), are kept in C.
         """
         if sample:
             pkt = expand(raw)
