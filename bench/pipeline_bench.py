@@ -456,6 +456,9 @@ def main(e2e_rounds: int = E2E_ROUNDS) -> None:
         spreads = {kind: spread(r) for kind, r in rates[state].items()}
         baseline = "off" if e2e["off"] >= e2e["off_pinned"] else "off_pinned"
         unstable = max(spreads[baseline], spreads["process"]) > UNSTABLE_SPREAD  # the two the ratio is made of
+        # Each round's own ratio (the analysis process against ingestion alone of the same round, seconds apart):
+        # reported beside the ratio of medians, which stays the figure, to tell a slow spell of the host from a cost.
+        paired = [p / o for p, o in zip(rates[state]["process"], rates[state][baseline])]
         e2e_lines.append(
             f"end to end over gRPC until every flow is analysed, {label}: ingestion alone {off:,.0f} packets/s "
             f"(kernel-placed {e2e['off']:,.0f}, on the server's CPUs {e2e['off_pinned']:,.0f}), with the analysis process "
@@ -466,7 +469,8 @@ def main(e2e_rounds: int = E2E_ROUNDS) -> None:
             + (f"ingestion alone with analysis's own work replayed on the analysis CPU (no hand-off) {replayed:,.0f} "
                f"(its ceiling {replayed / off:.2f}; the analysis process against it {on / replayed:.2f}); "
                if replayed else "")
-            + f"median of {e2e_rounds}; rounds' spread (std dev / mean) "
+            + f"median of {e2e_rounds}; each round's ratio (against {baseline} of the same round) "
+            f"{statistics.median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f}); rounds' spread (std dev / mean) "
             + ", ".join(f"{kind} {v:.0%}" for kind, v in spreads.items())
             + (f" -- UNSTABLE: {baseline} or process over {UNSTABLE_SPREAD:.0%}, the host moved the ratio (compare with care)"
                if unstable else ""))
@@ -501,6 +505,7 @@ def main(e2e_rounds: int = E2E_ROUNDS) -> None:
                               "ingestion_only_with_neighbour": round(beside) if beside else None,
                               "ingestion_only_with_analysis_replayed": round(replayed) if replayed else None},
             "ratio": round(on / off, 3),
+            "round_ratios": [round(r, 3) for r in paired], "round_ratio_baseline": baseline,
             # What a busy second CPU leaves ingestion alone (the ratio's ceiling), and analysis against that.
             "ceiling": round(beside / off, 3) if beside else None,
             "ratio_to_neighbour": round(on / beside, 3) if beside else None,

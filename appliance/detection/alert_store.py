@@ -21,6 +21,9 @@ _COLUMNS = ("id, agent_id, indicator, category, severity, confidence, summary, f
 
 
 _OPEN_REMEMBERED = 100_000  # (agent, indicator) pairs a batched store remembers; then it starts again
+# A batched store reads which pairs have an open alert (one scan of the alerts_group index) when another connection
+# has committed, at most this often (seconds); between reads after a change, it asks the table for every pair.
+_OPEN_PAIRS_EVERY = 1.0
 
 
 _ALERT_FIELDS = tuple(f.name for f in fields(Alert))
@@ -115,6 +118,11 @@ class AlertStore:
         self._uncommitted = False
         self._open: dict[tuple[str, str], Alert | None] = {}
         self._open_version = -1
+        # The pairs with an open alert in the table as of _open_version, and every pair this store saved open
+        # since: a pair not in it has none, and costs no query (new pairs were 46 queries a pass of the bench
+        # corpus, 14 us each). A superset is harmless (a query finds nothing); None: not known, ask the table.
+        self._open_pairs: set[tuple[str, str]] | None = None
+        self._open_pairs_at = float("-inf")  # monotonic time of the last read
         self._version_checked = False  # PRAGMA data_version read this round (one read per round, not per alert)
         # shared: another process saves the alerts (the analysis process), so this one's count cannot
         # follow its own saves; it is counted again whenever SQLite says another connection committed
@@ -190,7 +198,13 @@ class AlertStore:
             else:
                 pending[0] = "opened" if "opened" in (pending[0], event) else event
                 pending[1] = alert
-            self._open[(alert.agent_id, alert.indicator)] = alert if alert.status not in CLOSED else None
+            key = (alert.agent_id, alert.indicator)
+            if alert.status not in CLOSED:
+                self._open[key] = alert
+                if self._open_pairs is not None:
+                    self._open_pairs.add(key)
+            else:
+                self._open[key] = None
             return
         with self._locked(), self._db.conn:
             self._write(event, alert)
@@ -237,16 +251,44 @@ class AlertStore:
                 if version != self._open_version:
                     self._forget_open()
                     self._open_version = version
+                    self._open_pairs = self._read_open_pairs()
+                elif self._open_pairs is None:  # a read put off by the rate limit, or dropped by an own change
+                    self._open_pairs = self._read_open_pairs()
             key = (agent_id, indicator)
             if key in self._open:
                 cached = self._open[key]
                 return _copy(cached) if cached is not None else None
-            found = self._find_open(agent_id, indicator)
+            pairs = self._open_pairs
+            found = self._find_open(agent_id, indicator) if pairs is None or key in pairs else None
             if len(self._open) >= _OPEN_REMEMBERED:
                 self._forget_open()
             self._open[key] = found
             return _copy(found) if found is not None else None
         return self._find_open(agent_id, indicator)
+
+    def _read_open_pairs(self) -> set[tuple[str, str]] | None:
+        """The pairs with an open alert in the table (the saves not yet written first); None when the last read was
+        under _OPEN_PAIRS_EVERY ago (a connection committing often costs one scan a second, not one a round) or
+        when there are more than _OPEN_REMEMBERED (then not read again for a minute)."""
+        now = time.monotonic()
+        if now - self._open_pairs_at < _OPEN_PAIRS_EVERY:
+            return None
+        self._open_pairs_at = now
+        with self._locked():
+            rows = self._db.conn.execute(
+                "SELECT DISTINCT agent_id, indicator FROM alerts WHERE status NOT IN ('Resolved', 'FalsePositive') "
+                "LIMIT ?", (_OPEN_REMEMBERED + 1,)).fetchall()
+        if len(rows) > _OPEN_REMEMBERED:
+            self._open_pairs_at = now + 59 * _OPEN_PAIRS_EVERY  # that many stay so for a while: tried again in a minute
+            return None
+        return set(rows)
+
+    def _forget_own_changes(self) -> None:
+        """This connection changed alerts itself (triage, deletions): its commits do not move data_version, so the
+        memory of open alerts and pairs is dropped here, and read again at the next round."""
+        self._open.clear()
+        self._open_pairs = None
+        self._open_version = -1
 
     def _forget_open(self) -> None:
         """Empty the memory of open alerts; the saves not yet written first, so that the table holds them."""
@@ -281,7 +323,7 @@ class AlertStore:
 
     def set_status(self, alert_id: str, status: str, *, actor: str = "admin-token", note: str = "") -> Alert | None:
         """Apply a triage transition and record it; None when there is no such alert; InvalidTransition when not allowed."""
-        self._open.clear()  # our own writes do not move data_version
+        self._forget_own_changes()
         with self._locked(), self._db.conn:
             row = self._db.conn.execute("SELECT status FROM alerts WHERE id = ?", (alert_id,)).fetchone()
             if row is None:
@@ -306,7 +348,7 @@ class AlertStore:
     def take_status(self, alert_id: str, status: str) -> bool:
         """Set the status the manager's analyst chose (a cluster analyzer; no transition check, no history
         here: both are the manager's). True when this store holds the alert."""
-        self._open.clear()  # our own writes do not move data_version
+        self._forget_own_changes()
         with self._locked():
             changed = self._db.conn.execute("UPDATE alerts SET status = ? WHERE id = ?", (status, alert_id)).rowcount
             if not self._batched:
@@ -376,7 +418,7 @@ class AlertStore:
 
     def bulk_status(self, flt: AlertFilter, status: str, *, actor: str, note: str = "") -> dict[str, int]:
         """Move every match that may go to `status` there, in one transaction; the others are counted as skipped."""
-        self._open.clear()  # our own writes do not move data_version
+        self._forget_own_changes()
         clauses, params = flt.where()
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         allowed_from = [s for s, targets in TRANSITIONS.items() if status in targets]
@@ -394,7 +436,7 @@ class AlertStore:
     # -- retention ----------------------------------------------------------------------------
     def delete_older_than(self, cutoff: float) -> int:
         """Delete alerts last changed before `cutoff` (epoch seconds) with their history."""
-        self._open.clear()  # our own writes do not move data_version
+        self._forget_own_changes()
         with self._locked(), self._db.conn:
             self._db.conn.execute(
                 "DELETE FROM alert_history WHERE alert_id IN (SELECT id FROM alerts WHERE updated_at < ?)", (cutoff,))
@@ -404,7 +446,7 @@ class AlertStore:
 
     def delete_oldest(self, count: int) -> int:
         """Delete the `count` least recently changed alerts, closed ones first (the storage cap)."""
-        self._open.clear()  # our own writes do not move data_version
+        self._forget_own_changes()
         with self._locked(), self._db.conn:
             ids = [r[0] for r in self._db.conn.execute(
                 "SELECT id FROM alerts ORDER BY status IN ('Resolved', 'FalsePositive') DESC, updated_at ASC LIMIT ?",
@@ -415,7 +457,7 @@ class AlertStore:
         return len(ids)
 
     def delete(self, alert_id: str) -> bool:
-        self._open.clear()  # our own writes do not move data_version
+        self._forget_own_changes()
         with self._locked(), self._db.conn:
             self._db.conn.execute("DELETE FROM alert_history WHERE alert_id = ?", (alert_id,))
             deleted = self._db.conn.execute("DELETE FROM alerts WHERE id = ?", (alert_id,)).rowcount

@@ -112,6 +112,81 @@ def test_a_batched_store_sees_triage_from_another_connection_at_the_next_round(t
     db.close()
 
 
+def test_a_batched_store_asks_the_table_only_about_pairs_with_an_open_alert(tmp_path: Path, monkeypatch) -> None:
+    """The analysis process reads which (agent, indicator) pairs have an open alert when another connection has
+    committed (at most once a second): a pair with none costs no query, a pair opened or reopened elsewhere is
+    still found, and so is one this store reopens itself (its own commits do not move data_version)."""
+    from appliance.detection import alert_store
+
+    path = tmp_path / "detection.db"
+    server = AlertStore(DetectionDatabase(path))  # the server process's connection
+    server.save("opened", alert(1))
+    server.save("opened", alert(2, status="Resolved"))
+    db = DetectionDatabase(path)
+    store = AlertStore(db, batched=True)
+    statements: list[str] = []
+    db.conn.set_trace_callback(statements.append)
+
+    def row_queries() -> int:
+        return sum("WHERE agent_id = '" in s for s in statements)  # (the trace shows the values bound)
+
+    assert store.find_open("agent-1", "203.0.113.1").id == "alert-1"
+    assert row_queries() == 1 and any(s.startswith("SELECT DISTINCT agent_id, indicator") for s in statements)
+    assert store.find_open("agent-1", "203.0.113.2") is None  # resolved: no open alert, no query
+    assert store.find_open("agent-9", "198.51.100.7") is None  # never seen: no query
+    assert row_queries() == 1
+    store.commit()
+
+    server.set_status("alert-2", "New")  # reopened elsewhere, within the second: the pairs are not read again ...
+    assert store.find_open("agent-1", "203.0.113.2").id == "alert-2"  # ... so the table is asked, and knows
+    store.commit()
+    monkeypatch.setattr(alert_store, "_OPEN_PAIRS_EVERY", 0.0)
+    statements.clear()
+    assert store.find_open("agent-9", "198.51.100.7") is None  # the put-off read happens at the next round
+    assert row_queries() == 0 and any(s.startswith("SELECT DISTINCT") for s in statements)
+    store.commit()
+
+    server.save("opened", alert(3))  # opened elsewhere: read with the pairs at the next round
+    statements.clear()
+    assert store.find_open("agent-1", "203.0.113.3").id == "alert-3"
+    assert store.find_open("agent-1", "203.0.113.4") is None and row_queries() == 1
+    store.commit()
+
+    server.save("opened", alert(5, status="Resolved"))
+    assert store.find_open("agent-1", "203.0.113.5") is None  # the pairs read again: none open for it
+    store.commit()
+    assert store.take_status("alert-5", "New")  # this store's own change (the cluster's analyzers take triage)
+    store.commit()
+    assert store.find_open("agent-1", "203.0.113.5").id == "alert-5"
+    assert store.take_status("alert-5", "Resolved")
+    store.commit()
+    assert store.find_open("agent-1", "203.0.113.5") is None
+    db.close()
+
+
+def test_a_batched_store_with_too_many_open_pairs_asks_the_table_and_counts_again_a_minute_later(
+        tmp_path: Path, monkeypatch) -> None:
+    from appliance.detection import alert_store
+
+    monkeypatch.setattr(alert_store, "_OPEN_REMEMBERED", 3)
+    path = tmp_path / "detection.db"
+    server = AlertStore(DetectionDatabase(path))
+    for n in range(5):
+        server.save("opened", alert(n))
+    db = DetectionDatabase(path)
+    store = AlertStore(db, batched=True)
+    statements: list[str] = []
+    db.conn.set_trace_callback(statements.append)
+    assert store.find_open("agent-9", "198.51.100.7") is None
+    assert store.find_open("agent-1", "203.0.113.4").id == "alert-4"
+    assert sum("WHERE agent_id = '" in s for s in statements) == 2  # every pair asked about
+    store.commit()
+    statements.clear()
+    assert store.find_open("agent-9", "198.51.100.8") is None
+    assert not any(s.startswith("SELECT DISTINCT") for s in statements)  # not counted again every round
+    db.close()
+
+
 def _rows(path: Path) -> list[tuple]:
     with sqlite3.connect(path) as conn:
         return conn.execute("SELECT * FROM alerts ORDER BY id").fetchall()
