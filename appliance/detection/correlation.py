@@ -11,8 +11,10 @@ updates that alert instead. P above `escalate_above` raises the severity one lev
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from appliance.detection.alert import Alert, MAX_DETECTIONS_KEPT
@@ -21,6 +23,7 @@ from appliance.detection.alert_store import AlertStore
 from appliance.detection.analysis_config import CorrelationConfig
 from appliance.detection.analysis_config_holder import AnalysisConfigHolder
 from appliance.model import Category, Detection, Severity
+from appliance.native.dpi import correlation_sums
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,34 @@ def _combined(remaining: float, detectors: int, config: CorrelationConfig) -> fl
     probability = 1.0 - remaining
     bonus = min(config.diversity_bonus * (detectors - 1), config.diversity_cap)
     return min(probability * (1.0 + bonus), 0.99)
+
+
+_last_ns = operator.attrgetter("last_ns")
+Sums = tuple[float, set[str], dict[Category, float], dict[Category, tuple[Detection, float]], "Severity | None"]
+
+
+def group_sums(group: Iterable[Detection], now_ns: int, half_life_ns: float) -> Sums:
+    """What the judgement needs from a group, in one pass in the group's order (the same float operations in the
+    same order as combine): the product of (1 - P_i), the detectors, each category's summed contributions and its
+    first strongest one, the highest severity. The Python twin of native dpi.correlation_sums, which _judge calls
+    (this loop takes what that declines)."""
+    remaining = 1.0
+    detectors: set[str] = set()
+    weights: dict[Category, float] = {}
+    leads: dict[Category, tuple[Detection, float]] = {}
+    severity: Severity | None = None
+    for d in group:
+        p = d.confidence * 0.5 ** (max(now_ns - d.last_ns, 0) / half_life_ns)
+        remaining *= 1.0 - min(max(p, 0.0), 1.0)
+        detectors.add(d.detector)
+        category = d.category
+        weights[category] = weights.get(category, 0.0) + p
+        best = leads.get(category)
+        if best is None or p > best[1]:
+            leads[category] = (d, p)
+        if severity is None or d.severity > severity:
+            severity = d.severity
+    return remaining, detectors, weights, leads, severity
 
 
 def detection_view(d: Detection) -> dict[str, Any]:
@@ -87,34 +118,18 @@ class Correlator:
 
     def _judge(self, key: tuple[str, str], new: list[Detection], config: CorrelationConfig) -> int:
         group = self._groups[key]
-        now_ns = max(d.last_ns for d in group)
+        now_ns = max(map(_last_ns, group))
         window_ns = int(config.window_s * _NS)
         while group and group[0].last_ns < now_ns - window_ns:
             group.popleft()
-        # One pass over the group for what the judgement needs, in the group's order (the same float
-        # operations in the same order as combine, the category weights and the maxima over the group).
         half_life_ns = config.half_life_s * _NS
-        contributions: list[tuple[Detection, float]] = []
-        remaining = 1.0
-        detectors: set[str] = set()
-        weights: dict[Category, float] = {}
-        leads: dict[Category, tuple[Detection, float]] = {}  # per category its first strongest contribution
-        severity: Severity | None = None
-        for d in group:
-            p = d.confidence * 0.5 ** (max(now_ns - d.last_ns, 0) / half_life_ns)
-            contributions.append((d, p))
-            remaining *= 1.0 - min(max(p, 0.0), 1.0)
-            detectors.add(d.detector)
-            category = d.category
-            weights[category] = weights.get(category, 0.0) + p
-            best = leads.get(category)
-            if best is None or p > best[1]:
-                leads[category] = (d, p)
-            if severity is None or d.severity > severity:
-                severity = d.severity
+        try:  # one pass over the group in C (a beacon's group is judged again at each of its flows)
+            remaining, detectors, weights, leads, severity = correlation_sums(group, now_ns, half_life_ns)
+        except TypeError:  # a value past what C holds exactly: the same loop in Python
+            remaining, detectors, weights, leads, severity = group_sums(group, now_ns, half_life_ns)
         probability = _combined(remaining, len(detectors), config)
         existing = self._store.find_open(*key)
-        if existing is None and (len(contributions) < config.min_detections or probability < config.min_confidence):
+        if existing is None and (len(group) < config.min_detections or probability < config.min_confidence):
             return 0
         category = self._category_of(weights)
         assert severity is not None  # the group holds at least the new detections
@@ -124,9 +139,8 @@ class Correlator:
         if existing is None:
             alert = Alert(
                 id=Alert.new_id(), agent_id=key[0], indicator=key[1], category=category.value, severity=int(severity),
-                confidence=round(probability, 3), summary="", first_ns=min(d.first_ns for d, _ in contributions),
-                last_ns=now_ns, detections=[detection_view(d) for d, _ in contributions],
-                detection_count=len(contributions))
+                confidence=round(probability, 3), summary="", first_ns=min(d.first_ns for d in group),
+                last_ns=now_ns, detections=[detection_view(d) for d in group], detection_count=len(group))
             event = "opened"
         else:
             alert = existing

@@ -935,6 +935,7 @@ static PyObject *sample_facts_read(PyObject *samples, PyObject *reader)
 #include "facts_memo.h"
 #include "dpi_loop.h"
 #include "memory_reserve.h"
+#include "correlation_sums.h"
 
 static PyMethodDef dpi_functions[] = {
     {"sample_facts", (PyCFunction)(void (*)(void))sample_facts, METH_FASTCALL,
@@ -981,6 +982,9 @@ static PyMethodDef dpi_functions[] = {
      "(dpi_loop.h)."},
     {"shannon_entropy", shannon_entropy, METH_O,
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},
+    {"correlation_sums", (PyCFunction)(void (*)(void))correlation_sums, METH_FASTCALL,
+     "correlation_sums(group, now_ns, half_life_ns) -> (remaining, detectors, weights, leads, severity): the loop of "
+     "Correlator._judge over a group (correlation_sums.h); TypeError for what it declines."},
     {"reserve_memory", (PyCFunction)(void (*)(void))reserve_memory, METH_FASTCALL,
      "reserve_memory(arena_bytes, heap_bytes) -> (arena bytes reserved, heap bytes touched): memory touched now "
      "instead of page by page later, once per process (memory_reserve.h)."},
@@ -1007,7 +1011,7 @@ static int dpi_exec(PyObject *module)
         return -1;
     if (ws_init(module) < 0)
         return -1;
-    if (fm_init(module) < 0)
+    if (fm_init(module) < 0 || cs_init() < 0)
         return -1;
     return bhv_init(module) < 0 ? -1 : nm_init(module);
 }
