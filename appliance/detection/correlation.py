@@ -49,7 +49,7 @@ def _combined(remaining: float, detectors: int, config: CorrelationConfig) -> fl
 
 
 _last_ns = operator.attrgetter("last_ns")
-Sums = tuple[float, set[str], dict[Category, float], dict[Category, tuple[Detection, float]], "Severity | None"]
+Sums = tuple[float, set[str], dict[Category, float], dict[Category, tuple[Detection, float]], Severity | None]
 
 
 def group_sums(group: Iterable[Detection], now_ns: int, half_life_ns: float) -> Sums:
