@@ -15,8 +15,9 @@
  *         if severity is None or d.severity > severity: severity = d.severity
  *
  * correlation_sums(group, now_ns, half_life_ns) -> (remaining, detectors, weights, leads, severity). The Python loop
- * stays in correlation.py for what this declines (TypeError: a timestamp past 64 bits, a confidence that is no
- * number), so nothing a detection may hold changes what a group is judged to be.
+ * stays in correlation.py for what this declines (TypeError: a timestamp past 62 bits or an age past 2**53 ns, a
+ * confidence that is not a float, a half-life not above zero), so nothing a detection or a config may hold changes
+ * what a group is judged to be.
  */
 
 #ifndef CORRELATION_SUMS_H
@@ -141,6 +142,10 @@ static PyObject *correlation_sums(PyObject *module, PyObject *const *args, Py_ss
     double half_life_ns = PyFloat_AsDouble(args[2]);
     if (half_life_ns == -1.0 && PyErr_Occurred())
         return NULL;
+    if (!(half_life_ns > 0.0)) { /* zero, negative or NaN: Python's division says what it says (ZeroDivisionError) */
+        PyErr_SetString(PyExc_TypeError, "correlation_sums: half_life_ns must be above zero");
+        return NULL;
+    }
     if (PyLong_Check(args[2]) && fabs(half_life_ns) > (double)CS_EXACT) {
         PyErr_SetString(PyExc_TypeError, "correlation_sums: an int half_life_ns past 2**53");
         return NULL;

@@ -68,6 +68,8 @@ def test_odd_confidences_give_what_python_gives() -> None:
     ([Detection("d", Category.DGA, 0.5, Severity.LOW, "a", "i", last_ns=5)], 2**80, 600.0 * NS),
     ([Detection("d", Category.DGA, 0.5, Severity.LOW, "a", "i", last_ns=5)], 10, 2**60),  # an int half-life past 2**53
     ([Detection("d", Category.DGA, 0.5, Severity.LOW, "a", "i", last_ns=5)], 10, "600"),
+    ([Detection("d", Category.DGA, 0.5, Severity.LOW, "a", "i", last_ns=5)], 10, 0.0),  # Python divides by zero
+    ([Detection("d", Category.DGA, 0.5, Severity.LOW, "a", "i", last_ns=5)], 10, float("nan")),
 ])
 def test_what_c_cannot_hold_exactly_is_declined_for_the_python_loop(group: list, now: object, half_life: object) -> None:
     with pytest.raises(TypeError):
