@@ -125,7 +125,7 @@ class Correlator:
         half_life_ns = config.half_life_s * _NS
         try:  # one pass over the group in C (a beacon's group is judged again at each of its flows)
             remaining, detectors, weights, leads, severity = correlation_sums(group, now_ns, half_life_ns)
-        except TypeError:  # a value past what C holds exactly: the same loop in Python
+        except (TypeError, ValueError):  # a value past what C holds exactly: the same loop in Python
             remaining, detectors, weights, leads, severity = group_sums(group, now_ns, half_life_ns)
         probability = _combined(remaining, len(detectors), config)
         existing = self._store.find_open(*key)

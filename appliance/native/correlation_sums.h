@@ -15,9 +15,9 @@
  *         if severity is None or d.severity > severity: severity = d.severity
  *
  * correlation_sums(group, now_ns, half_life_ns) -> (remaining, detectors, weights, leads, severity). The Python loop
- * stays in correlation.py for what this declines (TypeError: a timestamp past 62 bits or an age past 2**53 ns, a
- * confidence that is not a float, a half-life not above zero), so nothing a detection or a config may hold changes
- * what a group is judged to be.
+ * stays in correlation.py for what this declines (TypeError: a confidence that is not a float, an age past 2**53 ns, a
+ * half-life not above zero; ValueError, as dnsw_timestamp says: a timestamp outside [0, 2**62)), so nothing a detection
+ * or a config may hold changes what a group is judged to be.
  */
 
 #ifndef CORRELATION_SUMS_H
@@ -41,25 +41,15 @@ static int cs_add(PyObject *d, long long now_ns, double half_life_ns, double *re
                   PyObject *weights, PyObject *leads, PyObject **severity)
 {
     int rc = -1;
-    PyObject *confidence = NULL, *last = NULL, *detector = NULL, *category = NULL, *sev = NULL, *lead = NULL;
-    if ((confidence = dnsw_get(d, &cs_attr_confidence)) == NULL || (last = dnsw_get(d, &cs_attr_last_ns)) == NULL
+    PyObject *confidence = NULL, *detector = NULL, *category = NULL, *sev = NULL, *lead = NULL;
+    long long last_ns;
+    if ((confidence = dnsw_get(d, &cs_attr_confidence)) == NULL
+        || dnsw_timestamp(dnsw_get(d, &cs_attr_last_ns), "last_ns", &last_ns) < 0 /* [0, 2**62): no overflow below */
         || (detector = dnsw_get(d, &cs_attr_detector)) == NULL || (category = dnsw_get(d, &cs_attr_category)) == NULL
         || (sev = dnsw_get(d, &cs_attr_severity)) == NULL)
         goto done;
-    if (!PyFloat_CheckExact(confidence) || !PyLong_CheckExact(last)) {
-        PyErr_SetString(PyExc_TypeError, "correlation_sums: a confidence that is not a float or a last_ns not an int");
-        goto done;
-    }
-    int overflow = 0;
-    long long last_ns = PyLong_AsLongLongAndOverflow(last, &overflow);
-    if (overflow || (last_ns == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "correlation_sums: last_ns past 64 bits");
-        goto done;
-    }
-    /* max(now_ns - d.last_ns, 0): Python's ints do not overflow; within 62 bits neither does this */
-    if (last_ns > DNSW_TS_LIMIT || last_ns < -DNSW_TS_LIMIT) {
-        PyErr_SetString(PyExc_TypeError, "correlation_sums: last_ns out of range");
+    if (!PyFloat_CheckExact(confidence)) {
+        PyErr_SetString(PyExc_TypeError, "correlation_sums: a confidence that is not a float");
         goto done;
     }
     long long age = now_ns - last_ns;
@@ -113,7 +103,6 @@ static int cs_add(PyObject *d, long long now_ns, double half_life_ns, double *re
     rc = 0;
 done:
     Py_XDECREF(confidence);
-    Py_XDECREF(last);
     Py_XDECREF(detector);
     Py_XDECREF(category);
     Py_XDECREF(sev);
@@ -127,14 +116,9 @@ static PyObject *correlation_sums(PyObject *module, PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_TypeError, "correlation_sums(group, now_ns, half_life_ns)");
         return NULL;
     }
-    int overflow = 0;
-    long long now_ns = PyLong_Check(args[1]) ? PyLong_AsLongLongAndOverflow(args[1], &overflow) : -1;
-    if (!PyLong_Check(args[1]) || overflow || (now_ns == -1 && PyErr_Occurred()) || now_ns > DNSW_TS_LIMIT
-        || now_ns < -DNSW_TS_LIMIT) {
-        PyErr_Clear();
-        PyErr_SetString(PyExc_TypeError, "correlation_sums: now_ns must be an int within 62 bits");
+    long long now_ns;
+    if (dnsw_timestamp(Py_NewRef(args[1]), "now_ns", &now_ns) < 0)
         return NULL;
-    }
     if (!PyFloat_Check(args[2]) && !PyLong_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError, "correlation_sums: half_life_ns must be a float or an int");
         return NULL;

@@ -984,7 +984,7 @@ static PyMethodDef dpi_functions[] = {
      "shannon_entropy(text) -> float: bits per character of a str or bytes (0.0 when empty)."},
     {"correlation_sums", (PyCFunction)(void (*)(void))correlation_sums, METH_FASTCALL,
      "correlation_sums(group, now_ns, half_life_ns) -> (remaining, detectors, weights, leads, severity): the loop of "
-     "Correlator._judge over a group (correlation_sums.h); TypeError for what it declines."},
+     "Correlator._judge over a group (correlation_sums.h); TypeError or ValueError for what it declines."},
     {"reserve_memory", (PyCFunction)(void (*)(void))reserve_memory, METH_FASTCALL,
      "reserve_memory(arena_bytes, heap_bytes) -> (arena bytes reserved, heap bytes touched): memory touched now "
      "instead of page by page later, once per process (memory_reserve.h)."},

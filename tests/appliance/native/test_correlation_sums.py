@@ -17,9 +17,9 @@ NS = 1_000_000_000
 _DETECTORS = ["dpi.dns.dga", "behaviour.beaconing", "signature:SIG-1", "dpi.http.encoded_data"]
 
 
-def _detection(rng: random.Random, now: int, confidence: object = None) -> Detection:
+def _detection(rng: random.Random, now: int) -> Detection:
     return Detection(rng.choice(_DETECTORS), rng.choice(list(Category)),
-                     rng.choice([0.0, -0.0, 0.2, 0.5, 0.5, 0.95, 1.0, 1.3, -0.4, 1e-300]) if confidence is None else confidence,
+                     rng.choice([0.0, -0.0, 0.2, 0.5, 0.5, 0.95, 1.0, 1.3, -0.4, 1e-300]),
                      rng.choice(list(Severity)), "a1", "x.example", {}, [], now - rng.randrange(3600) * NS,
                      now - rng.choice([0, 0, 1, NS, 300 * NS, 7200 * NS, -5 * NS]))
 
@@ -31,8 +31,8 @@ def _same(got: tuple, want: tuple) -> None:
     assert (math.isnan(r1) and math.isnan(r2)) or r1 == r2 and math.copysign(1, r1) == math.copysign(1, r2)
     assert det1 == det2 and s1 is s2
     assert list(w1) == list(w2) and all(w1[k] == w2[k] or math.isnan(w1[k]) and math.isnan(w2[k]) for k in w1)
-    assert list(l1) == list(l2) and all(l1[k][0] is l2[k][0] and (l1[k][1] == l2[k][1] or math.isnan(l1[k][1]))
-                                        for k in l1)
+    assert list(l1) == list(l2) and all(l1[k][0] is l2[k][0] and (l1[k][1] == l2[k][1] or math.isnan(l1[k][1])
+                                                                   and math.isnan(l2[k][1])) for k in l1)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -68,16 +68,29 @@ def test_odd_confidences_give_what_python_gives() -> None:
     ([Detection("d", Category.DGA, 0.5, Severity.LOW, "a", "i", last_ns=5)], 2**80, 600.0 * NS),
     ([Detection("d", Category.DGA, 0.5, Severity.LOW, "a", "i", last_ns=5)], 10, 2**60),  # an int half-life past 2**53
     ([Detection("d", Category.DGA, 0.5, Severity.LOW, "a", "i", last_ns=5)], 10, "600"),
+    ([Detection("d", Category.DGA, 0.5, Severity.LOW, "a", "i", last_ns=5)], -1, 600.0 * NS),  # before the epoch
     ([Detection("d", Category.DGA, 0.5, Severity.LOW, "a", "i", last_ns=5)], 10, 0.0),  # Python divides by zero
     ([Detection("d", Category.DGA, 0.5, Severity.LOW, "a", "i", last_ns=5)], 10, float("nan")),
 ])
 def test_what_c_cannot_hold_exactly_is_declined_for_the_python_loop(group: list, now: object, half_life: object) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises((TypeError, ValueError)):  # ValueError: a timestamp outside [0, 2**62), as dnsw_timestamp says
         correlation_sums(group, now, half_life)
 
 
+def group_sums_probability(group: list[Detection]) -> float:
+    """The judgement's probability of `group` by the Python loop (the default config, judged at its newest)."""
+    from appliance.detection.analysis_config import AnalysisConfig
+    from appliance.detection.correlation import _combined
+
+    config = AnalysisConfig().correlation
+    now = max(d.last_ns for d in group)
+    remaining, detectors, *_ = group_sums(group, now, config.half_life_s * NS)
+    return _combined(remaining, len(detectors), config)
+
+
 def test_the_correlator_takes_the_python_loop_for_a_group_c_declines(tmp_path) -> None:
-    """An int confidence (a detector that wrote 1, not 1.0): the alert is the one the Python loop gives."""
+    """An int confidence (a detector that wrote 1, not 1.0), a timestamp before the epoch: the alert is the one the
+    Python loop gives."""
     from appliance.detection.alert_channel import AlertChannel
     from appliance.detection.alert_store import AlertStore
     from appliance.detection.analysis_config import AnalysisConfig
@@ -96,4 +109,8 @@ def test_the_correlator_takes_the_python_loop_for_a_group_c_declines(tmp_path) -
             for detector in ("dpi.tls.raw_ip", "signature:SIG-1")]
     assert correlator.correlate(pair) == 1
     assert published == [("opened", 0.99, 2)]
+    before_epoch = [Detection(detector, Category.DGA, 0.6, Severity.LOW, "b", "j", first_ns=-2 * NS, last_ns=-NS)
+                    for detector in ("dpi.dns.dga", "signature:SIG-2")]
+    assert correlator.correlate(before_epoch) == 1
+    assert published[-1] == ("opened", round(group_sums_probability(before_epoch), 3), 2)
     db.close()
