@@ -27,8 +27,10 @@ _OPEN_PAIRS_EVERY = 1.0
 
 
 _ALERT_FIELDS = tuple(f.name for f in fields(Alert))
-# What json.dumps(view, default=str) does, without building an encoder per call (a third of its cost).
-_encode = json.JSONEncoder(default=str).encode
+# What json.dumps(view, default=str) does, without building an encoder per call (a third of its cost), and without
+# the check for cycles: a view is a tree the detectors build from values (dicts, lists, strings, numbers), and the
+# check was a quarter of what is left (6.6 -> 5.0 us a view, the corpus's 192 views replayed, 2026-12-02).
+_encode = json.JSONEncoder(default=str, check_circular=False).encode
 
 
 _alert_values = operator.attrgetter(*_ALERT_FIELDS)  # every field, in order, in one C call
