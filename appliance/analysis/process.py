@@ -7,11 +7,13 @@ core, fed through a socketpair:
 
 - Ended flows go into a bounded, per-agent-fair outbox kept in C (`OutboxHandOff`, appliance/native/
   outbox.h: FairQueue's rules). A sender thread calls into it and stays there, without the interpreter
-  lock: it gathers for a few milliseconds (GATHER) or until a batch is full, so frames are few and large
-  (an agent's stream ending sends at once: `send_now`), and writes flow record batches (proto/flow_record.proto)
-  to the channel. It comes back to Python only to send a control message. When analysis falls behind the
-  socket fills, the sender waits, the outbox holds its bound and what does not fit is dropped and counted per
-  agent: nothing ever blocks a gRPC stream.
+  lock, and writes flow record batches (proto/flow_record.proto) to the channel. It writes while the analysis
+  process waits for frames, which it learns from a byte the process sends on a second socketpair before each
+  wait (READY mode): what ends meanwhile waits in the outbox and goes at once when the process asks, and no
+  producer wakes the sender across the CPUs. While the process waits, the sender gathers for a few milliseconds
+  (GATHER) or until a batch is full, so frames are few and large (an agent's stream ending sends at once:
+  `send_now`). It comes back to Python only to send a control message. When analysis falls behind, the outbox
+  holds its bound and what does not fit is dropped and counted per agent: nothing ever blocks a gRPC stream.
 - DNS answers and resolver events travel ahead of the flows that follow them (the resolver cache
   must know a name before the connection to its address is analysed).
 - REST changes to the analysis config, exclusions and console settings are saved in SQLite by this
@@ -32,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -76,6 +79,7 @@ class AnalysisProcess(OutboxHandOff):
         self._cond = threading.Condition()  # guards the fields below and wakes the sender
         self._proc: subprocess.Popen[bytes] | None = None
         self._channel: Channel | None = None
+        self._ready_socket: socket.socket | None = None  # the analysis process's bytes saying it waits
         self._generation = 0
         self._ready = False
         self._reload_wanted = False
@@ -126,12 +130,18 @@ class AnalysisProcess(OutboxHandOff):
 
     def _spawn_locked(self) -> None:
         channel, theirs = Channel.pair()
+        # The analysis process's bytes saying it waits for frames (outbox.h, READY mode), read by the sending thread.
+        ready, ready_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ready.setblocking(False)
+        ready_theirs.set_inheritable(True)
         level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
         proc = subprocess.Popen(
-            [sys.executable, "-m", "appliance.analysis.worker", "--channel-fd", str(theirs.fileno()), "--log-level", str(level)],
-            stdin=subprocess.PIPE, pass_fds=(theirs.fileno(),), close_fds=True,
+            [sys.executable, "-m", "appliance.analysis.worker", "--channel-fd", str(theirs.fileno()),
+             "--ready-fd", str(ready_theirs.fileno()), "--log-level", str(level)],
+            stdin=subprocess.PIPE, pass_fds=(theirs.fileno(), ready_theirs.fileno()), close_fds=True,
         )
         theirs.close()
+        ready_theirs.close()
         assert proc.stdin is not None
         try:
             proc.stdin.write(self._settings_json.encode())
@@ -143,7 +153,9 @@ class AnalysisProcess(OutboxHandOff):
                 pin_process(proc.pid, self._cpus)
             except OSError as err:  # it died at once (the receiver restarts it), or a filter refuses
                 log.warning("analysis process pid=%d not pinned to CPUs %s: %s", proc.pid, sorted(self._cpus), err)
-        self._proc, self._channel = proc, channel
+        if self._ready_socket is not None:
+            self._ready_socket.close()
+        self._proc, self._channel, self._ready_socket = proc, channel, ready
         self._generation += 1
         self._ready = False
         self._outbox.take_sent()  # from zero: what this process is handed
@@ -243,6 +255,8 @@ class AnalysisProcess(OutboxHandOff):
                 proc.wait(5)
         if channel is not None:
             channel.close()
+        if self._ready_socket is not None:
+            self._ready_socket.close()
         for thread in self._threads:
             thread.join(timeout=5)
         self._threads.clear()
@@ -266,7 +280,7 @@ class AnalysisProcess(OutboxHandOff):
                 self._cond.wait_for(lambda: self._closing or (self._ready and self._channel is not None))
                 if self._closing:
                     return
-                channel, generation = self._channel, self._generation
+                channel, generation, ready = self._channel, self._generation, self._ready_socket
                 assert channel is not None
                 control = self._control()
             try:
@@ -283,10 +297,17 @@ class AnalysisProcess(OutboxHandOff):
                     mine = os.dup(fd)
                 except OSError as err:
                     raise ChannelClosed(str(err)) from None
+                ready_fd = -1
                 try:
-                    lost, err = self._outbox.run(mine)
+                    if ready is not None:  # a duplicate too, for the same reason
+                        ready_fd = os.dup(ready.fileno())
+                    lost, err = self._outbox.run(mine, ready_fd)
+                except OSError as error:  # the ready socket closed under us: the process is gone
+                    raise ChannelClosed(str(error)) from None
                 finally:
                     os.close(mine)
+                    if ready_fd >= 0:
+                        os.close(ready_fd)
                 if err:
                     with self._cond:
                         self.flows_lost += lost  # never written whole: not among what _restart counts

@@ -45,10 +45,14 @@ _SAMPLED = record_codec.sample_mask(SAMPLED_PROTOCOLS)
 class Worker:
     """One analysis process: the stack and the loop that feeds it from the channel."""
 
-    def __init__(self, channel: Channel, settings: Any, memory_reserved: int = 0) -> None:
+    def __init__(self, channel: Channel, settings: Any, memory_reserved: int = 0,
+                 ready: socket.socket | None = None) -> None:
         from appliance.app import build_analysis, open_stores  # the composition recipe shared with the thread
 
         self.channel = channel
+        # The server's sending thread writes while this process waits, and learns that it waits from a byte here
+        # (outbox.h, READY mode): sent before each wait for a frame, on the same CPU as that thread.
+        self.ready = ready
         self.settings = settings
         self.stores = open_stores(settings, batched_alerts=True)
         self.parts, self.pipeline = build_analysis(settings, self.stores, tls_views=False)
@@ -89,6 +93,8 @@ class Worker:
         self.report()
         try:
             while True:
+                if self.ready is not None and not self.channel.waiting():
+                    self._say_ready()
                 kind, payload = self.channel.recv()
                 if kind == FLOWS:
                     self._flows(payload)
@@ -124,6 +130,14 @@ class Worker:
             if self.parts.exporter is not None:
                 self.parts.exporter.stop()
             self.stores.db.close()
+
+    def _say_ready(self) -> None:
+        try:
+            self.ready.send(b"r")  # type: ignore[union-attr]
+        except (BlockingIOError, InterruptedError):  # bytes not read yet say the same
+            pass
+        except OSError:  # the server's end closed: the channel says so next
+            self.ready = None
 
     def _round_done(self) -> None:
         """A frame analysed: its alerts committed now, unless another frame already waits and the oldest round not
@@ -177,6 +191,7 @@ def _control(payload: bytes) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="appliance.analysis.worker")
     parser.add_argument("--channel-fd", type=int, required=True)
+    parser.add_argument("--ready-fd", type=int, default=-1)
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -191,7 +206,11 @@ def main(argv: list[str] | None = None) -> int:
             log.warning("analysis.nice %d not applied: %s", settings.analysis.nice, err)
     started = time.monotonic()
     reserved = reserve_memory(settings.analysis.memory_prefault_mb)  # before the stack: its allocations come from it too
-    worker = Worker(channel, settings, sum(reserved))
+    ready = None
+    if args.ready_fd >= 0:
+        ready = socket.socket(fileno=args.ready_fd)
+        ready.setblocking(False)
+    worker = Worker(channel, settings, sum(reserved), ready)
     log.info("analysis process ready in %.1f s", time.monotonic() - started)
     from appliance.app import tune_analysis_garbage_collector
 

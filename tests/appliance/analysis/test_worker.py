@@ -275,3 +275,45 @@ def test_frames_that_keep_coming_are_committed_at_least_every_commit_every(serve
     thread.start()
     drained(channel, 1)
     assert len(commits) == 3 + 1  # each frame's, then the drain's
+
+
+def test_the_worker_says_it_waits_before_each_wait_and_not_while_frames_wait(tmp_path: Path) -> None:
+    """The byte on the ready socket (outbox.h, READY mode): one as it starts waiting, none while frames queue behind
+    the one it analyses (all four sent before it reads the first), one more once it has read them all."""
+    import socket
+    import threading
+    import time
+
+    from appliance.analysis import worker as worker_module
+    from appliance.config import parse_settings
+
+    ours, theirs = Channel.pair()
+    ready_ours, ready_theirs = socket.socketpair()
+    ready_theirs.setblocking(False)
+    settings = parse_settings({"paths": {"state_dir": str(tmp_path), "certs_dir": str(tmp_path / "c"),
+                                         "static_dir": str(tmp_path / "s"), "signatures_dir": str(ROOT / "rules")}}, "test")
+    worker = worker_module.Worker(Channel(theirs), settings, ready=ready_theirs)
+    for frame in tunnels(4):
+        ours.send(FLOWS, frame)
+    ours.send_json(CONTROL, {"op": "drain", "seq": 1})  # waiting too, before the worker reads anything
+    thread = threading.Thread(target=worker.serve)
+    thread.start()
+    try:
+        while (body := json.loads(ours.recv()[1])).get("drained") != 1:
+            pass
+        assert body["counters"]["alerts_generated"] == 4
+        time.sleep(0.2)
+        ready_ours.settimeout(5)
+        said = ready_ours.recv(64)
+        ready_ours.setblocking(False)
+        try:
+            said += ready_ours.recv(64)
+        except BlockingIOError:
+            pass
+        # the four frames and the drain were waiting when it began: one byte, after the drain, as it waits again
+        assert said == b"r"
+    finally:
+        ours.send_json(CONTROL, {"op": "stop"})
+        thread.join(20)
+        ours.close()
+        ready_ours.close()

@@ -69,9 +69,12 @@ class Sender:
         except (AssertionError, OSError):
             pass
 
+    def run_args(self) -> tuple[object, ...]:
+        return (self.ours,)
+
     def run(self) -> threading.Thread:
         def go() -> None:
-            self.result = self.outbox.run(self.ours)
+            self.result = self.outbox.run(*self.run_args())
 
         thread = threading.Thread(target=go, daemon=True)
         thread.start()
@@ -357,5 +360,125 @@ def test_oldest_wait_is_how_long_the_oldest_flow_waiting_has_waited() -> None:
         assert 0.0 <= outbox.oldest_wait < 0.2  # the age of the flow that waits now, not of those sent
         outbox.poke()
         thread.join(5)
+    finally:
+        sender.close()
+
+
+class ReadySender(Sender):
+    """READY mode: run(fd, ready_fd), with the analysis process's side of the ready socketpair to say it waits."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        super().__init__(outbox)
+        self.ready_ours, self.ready_theirs = socket.socketpair()
+        self.ready_ours.setblocking(False)
+
+    def run_args(self) -> tuple[object, ...]:
+        return (self.ours, self.ready_ours.fileno())
+
+    def waits(self) -> None:
+        """The analysis process's byte before it waits for the next frame."""
+        self.ready_theirs.send(b"r")
+
+    def close(self) -> None:
+        super().close()
+        self.ready_ours.close()
+        self.ready_theirs.close()
+
+
+def test_ready_mode_holds_flows_while_analysis_works_and_sends_them_all_when_it_waits() -> None:
+    """After a frame went, nothing more is written until the analysis process says it waits (no batch, gathering or
+    flush forces it), then everything waiting goes at once, in frames of a batch, without waiting out the gathering."""
+    outbox = Outbox(1000, 10, 100, 30.0)
+    sender = ReadySender(outbox)
+    thread = sender.run()
+    try:
+        outbox.put([("a", entry("a", n)) for n in range(10)])  # a batch, and the process waits (a new one): sent
+        assert flows_in(sender.until(1)[0][1]) == [f"a:{n}" for n in range(10)]
+        outbox.put([("b", entry("b", n)) for n in range(25)])  # while it works: held, batches and a flush alike
+        outbox.poke(flush=True)
+        time.sleep(0.3)
+        assert len(sender.frames) == 1 and outbox.depth == 25
+        sender.waits()
+        frames = sender.until(4)
+        assert [len(flows_in(p)) for _, p in frames[1:]] == [10, 10, 5]
+        assert outbox.depth == 0 and outbox.take_sent() == 35
+        outbox.poke()
+        thread.join(5)
+        assert not thread.is_alive() and sender.result == (0, 0)
+    finally:
+        sender.close()
+
+
+def test_ready_mode_gathers_while_analysis_waits_and_sees_a_batch_on_its_own_tick() -> None:
+    """While the process waits, flows are gathered as in the other mode: a batch goes within a tick (no producer wakes
+    the sender), what waited while the process worked goes as soon as it waits, a flush goes at once, a short gathering
+    ends by itself, and a put after a quiet spell wakes a sleeping sender."""
+    outbox = Outbox(1000, 10, 100, 30.0)
+    sender = ReadySender(outbox)
+    thread = sender.run()
+    try:
+        outbox.put([("a", entry("a", n)) for n in range(4)])
+        time.sleep(0.3)
+        assert sender.frames == []  # gathering (30 s)
+        outbox.put([("a", entry("a", n)) for n in range(4, 12)])
+        assert flows_in(sender.until(1)[0][1]) == [f"a:{n}" for n in range(10)]
+        sender.waits()  # the two left waited while it worked: they go now
+        assert flows_in(sender.until(2)[1][1]) == ["a:10", "a:11"]
+        sender.waits()
+        time.sleep(0.2)  # the sender has read it: what comes now is gathered
+        outbox.put([("b", entry("b", n)) for n in range(3)])
+        time.sleep(0.3)
+        assert len(sender.frames) == 2 and outbox.depth == 3  # gathering again
+        outbox.poke(flush=True)
+        assert flows_in(sender.until(3)[2][1]) == ["b:0", "b:1", "b:2"]
+        outbox.poke()
+        thread.join(5)
+        assert not thread.is_alive()
+    finally:
+        sender.close()
+    short = Outbox(1000, 100, 100, 0.02)
+    sender = ReadySender(short)
+    sender.run()
+    try:
+        time.sleep(0.4)  # past OUTBOX_LINGER with nothing to send: asleep until a put wakes it
+        short.put([("a", entry("a", 1))])
+        assert flows_in(sender.until(1)[0][1]) == ["a:1"]
+        sender.waits()
+        time.sleep(0.2)
+        short.put([("a", entry("a", 2))])  # gathered 20 ms, then sent by the ticking sender itself
+        assert flows_in(sender.until(2)[1][1]) == ["a:2"]
+    finally:
+        sender.close()
+
+
+def test_ready_mode_comes_back_when_asked_and_when_the_process_is_gone() -> None:
+    """A poke or close brings run() back while it waits for the process; a process gone (its ready socket closed)
+    lets the next frame fail, counted as lost, instead of waiting for a byte that never comes."""
+    outbox = Outbox(1000, 4, 100, 30.0)
+    sender = ReadySender(outbox)
+    thread = sender.run()
+    try:
+        outbox.put([("a", entry("a", n)) for n in range(4)])
+        sender.until(1)  # now it works: run() waits for its byte
+        outbox.poke()
+        thread.join(5)
+        assert not thread.is_alive() and sender.result == (0, 0)
+        thread = sender.run()
+        outbox.close()
+        thread.join(5)
+        assert not thread.is_alive() and sender.result == (0, 0)
+    finally:
+        sender.close()
+    outbox = Outbox(1000, 4, 100, 30.0)
+    sender = ReadySender(outbox)
+    thread = sender.run()
+    try:
+        outbox.put([("a", entry("a", n)) for n in range(4)])
+        sender.until(1)
+        outbox.put([("a", entry("a", n)) for n in range(4, 7)])  # held: the process works
+        sender.theirs.shutdown(socket.SHUT_RDWR)  # the process dies: both its ends close
+        sender.ready_theirs.close()
+        thread.join(5)
+        assert not thread.is_alive() and sender.result == (3, errno.EPIPE)
     finally:
         sender.close()
