@@ -89,8 +89,8 @@ typedef struct {
     /* READY mode (run() given the analysis process's ready descriptor): the sender writes while the analysis process
      * waits, and learns that it waits from a byte it sends; producers wake the sender (wake_fd) only in a deep sleep. */
     int wake_fd;           /* an eventfd: pokes and producers wake a sender waiting in poll() */
-    int ready_fd_seen;     /* the ready descriptor of the last run() (a new one: a new process, idle) */
-    int analysis_idle;     /* it said it waits and nothing was written since */
+    int analysis_idle;     /* it said it waits and nothing was written since (1 at first; after a restart a stale 0 is
+                            * mended by the new process's first byte, sent as it starts waiting) */
     int deep;              /* the sender waits in poll() without a timeout for lack of work: a put must wake it */
     int ready_mode;        /* run() is in READY mode: wake-ups go through wake_fd */
     double ticking_until;  /* READY mode: looks every OUTBOX_TICK_MS until then, then sleeps until woken */
@@ -445,7 +445,7 @@ static int outbox_init(Outbox *self, PyObject *args, PyObject *kwds)
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    self->ready_fd_seen = -1;
+    self->analysis_idle = 1;
     pthread_mutex_init(&self->mu, NULL);
     pthread_cond_init(&self->work, &attr);
     pthread_cond_init(&self->idle, &attr);
@@ -479,8 +479,6 @@ static void outbox_dealloc(Outbox *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The sender sleeps untimed only when nothing waits: wake it when the first item comes in, and when a batch's
- * worth waits (while it gathers), not at every put. Under the mutex. */
 /* Wake the sender wherever it waits (under the mutex). In READY mode it waits in poll(): the eventfd's counter stays
  * set until it reads it, so a wake-up sent before it polls is not lost. */
 static void outbox_kick(Outbox *o)
@@ -494,6 +492,8 @@ static void outbox_kick(Outbox *o)
     pthread_cond_signal(&o->work);
 }
 
+/* After a put (under the mutex). The sender sleeps untimed only when nothing waits: wake it when the first item comes in,
+ * and when a batch's worth waits (while it gathers), not at every put. */
 static void outbox_wake(Outbox *o, Py_ssize_t depth_before, Py_ssize_t dns_before)
 {
     if (o->ready_mode) { /* only a sender asleep for lack of work (the analysis process idle) needs waking */
@@ -780,10 +780,6 @@ static void outbox_poll(Outbox *o, int ready_fd, int ended, int timeout_ms)
 static int outbox_run_ready(Outbox *self, int fd, int ready_fd, Py_ssize_t *lost)
 {
     int err = 0, ended = 0;
-    if (ready_fd != self->ready_fd_seen) { /* a new process: it waits for its first frames */
-        self->ready_fd_seen = ready_fd;
-        self->analysis_idle = 1;
-    }
     self->ready_mode = 1;
     for (;;) {
         if (self->closing || self->poked) {
@@ -811,8 +807,7 @@ static int outbox_run_ready(Outbox *self, int fd, int ready_fd, Py_ssize_t *lost
                 self->analysis_idle = ended; /* at work until it says it waits */
                 continue;
             }
-            double left_ms = (self->gather_until - now) * 1000.0;
-            outbox_poll(self, ready_fd, ended, left_ms < OUTBOX_TICK_MS ? (int)left_ms + 1 : OUTBOX_TICK_MS);
+            outbox_poll(self, ready_fd, ended, OUTBOX_TICK_MS); /* gathering: looked at again on the next tick */
             continue;
         }
         if (outbox_emptied(self))
