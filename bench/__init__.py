@@ -13,11 +13,23 @@ OUT = Path(__file__).resolve().parent.parent / "var" / "bench"
 # pyperf's rule: rounds whose standard deviation is over a tenth of their mean say more about the machine
 # (another tenant of the host, a CPU taken away) than about the code, and their figure may not hold.
 UNSTABLE_SPREAD = 0.10
+# A figure that falls by more than this share of its median a round (trend) declines from round to round: what state
+# left behind by earlier rounds looks like (issue 15's appliance fell 0.18, 0.13, 0.11, 0.09, 0.12: -17% a round).
+DECLINE_PER_ROUND = -0.05
 
 
 def spread(rounds: list[float]) -> float:
     """Standard deviation over mean of a bench's rounds (0.0 with fewer than two)."""
     return statistics.stdev(rounds) / statistics.fmean(rounds) if len(rounds) > 1 and statistics.fmean(rounds) else 0.0
+
+
+def trend(rounds: list[float]) -> float:
+    """How a figure moves from round to round, as a share of its median per round: the Theil-Sen slope (the median of
+    the slopes between every two rounds), which one round far off the others (another tenant of the host) does not
+    tip the way a least-squares line's would. 0.0 with fewer than two rounds."""
+    slopes = [(rounds[j] - rounds[i]) / (j - i) for i in range(len(rounds)) for j in range(i + 1, len(rounds))]
+    middle = statistics.median(rounds) if rounds else 0.0
+    return statistics.median(slopes) / middle if slopes and middle else 0.0
 
 
 def release_round() -> None:

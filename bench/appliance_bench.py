@@ -34,6 +34,8 @@ from pathlib import Path
 
 import grpc
 
+from bench import DECLINE_PER_ROUND, trend
+
 ROUNDS = 5
 BATCH = 256
 BATCHES = 400
@@ -234,6 +236,9 @@ def main() -> None:
         app.stop()
         alone.stop()
     median = {k: statistics.median(r[k] for r in rounds) for k in ("ratio", "analysed_ratio", "kept_of_alone")}
+    ratio_trend = trend([r["ratio"] for r in rounds])
+    accepted_trend = trend([r["accepted_pkt_s"] for r in rounds])
+    declines = ratio_trend < DECLINE_PER_ROUND
     lines = [
         f"machine: {mp.cpu_count()} cores, Python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f}",
         f"the appliance as `make run` starts it (mTLS, analysis process, shipped rules), {BATCHES} batches x {BATCH} "
@@ -243,11 +248,14 @@ def main() -> None:
           f"{r['alone_pkt_s']:,.0f}; bare TLS server {r['bare_pkt_s']:,.0f}; ratio {r['ratio']:.2f}" for r in rounds),
         f"median ratio accepted vs bare {median['ratio']:.2f} (issue 15 target >= 0.40, no decline from round to round); "
         f"analysed vs bare {median['analysed_ratio']:.2f}",
+        f"trend over the rounds (Theil-Sen slope, share of the median a round): the ratio {ratio_trend:+.1%}, packets/s "
+        f"accepted {accepted_trend:+.1%}; {'DECLINES' if declines else 'no decline'} (a decline is below "
+        f"{DECLINE_PER_ROUND:.0%} a round)",
         f"median accepted with analysis vs ingestion alone {median['kept_of_alone']:.2f} (issue 15 target >= 0.80)",
         f"flows dropped by the analysis queue: {sum(r['flows_dropped'] for r in rounds):,}; analysis process "
         f"restarts {worker['restarts']}, flows lost {worker['flows_lost']}",
     ]
-    print("\n".join(lines[-3:]))
+    print("\n".join(lines[-4:]))
     out = ROOT / "var" / "bench"
     out.mkdir(parents=True, exist_ok=True)
     (out / "appliance.txt").write_text("\n".join(lines) + "\n")
@@ -255,6 +263,7 @@ def main() -> None:
         "taken_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": mp.cpu_count(),
         "load_average": os.getloadavg()[0], "rounds": rounds, "median_ratio": median["ratio"],
         "median_analysed_ratio": median["analysed_ratio"], "median_kept_of_ingestion_alone": median["kept_of_alone"],
+        "ratio_trend_per_round": ratio_trend, "accepted_trend_per_round": accepted_trend, "declines": declines,
         "analysis_worker": worker,
     }, indent=2) + "\n")
 
