@@ -34,6 +34,7 @@ from pathlib import Path
 
 import grpc
 
+from appliance.cpus import pin_process, split_cpus
 from bench import DECLINE_PER_ROUND, trend
 
 ROUNDS = 5
@@ -126,14 +127,15 @@ class Appliance:
         env = {k: v for k, v in os.environ.items() if k != "SENSOR_ADMIN_TOKEN"}
         self.log = (tmp / "appliance.log").open("w")
         self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "--config", str(config)], cwd=ROOT, env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT,
-                                     preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus))
+                                     stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while not (tmp / "state" / "admin.token").exists() or not self._answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the appliance did not start: {(tmp / 'appliance.log').read_text()[-2000:]}")
             time.sleep(0.2)
         self.token = (tmp / "state" / "admin.token").read_text().strip()
+        if cpus is not None:  # every thread it has once it answers; the threads it starts later inherit their creator's
+            pin_process(self.proc.pid, cpus)
 
     def _context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.certs / "ca.pem"))
@@ -209,8 +211,6 @@ def bare_round(port: int, certs: Path, round_no: int) -> float:
 
 
 def main() -> None:
-    from appliance.cpus import split_cpus
-
     # Ingestion alone on the CPUs the appliance keeps its server on (it does not place itself without an analysis
     # process), as the pipeline bench's baseline is: its rounds fell in two modes where the kernel moved it (1.2-1.4 or
     # 1.9-2.6 M packets/s within one run, 2026-12-02). The bare server and the clients go where the kernel puts them,
