@@ -113,8 +113,9 @@ def _free_port() -> int:
 
 
 class Appliance:
-    """`python -m appliance` on its defaults, in a scratch state directory; started on `cpus` when given (an appliance
-    without an analysis process does not place itself: the bench gives it the CPUs one with it keeps its server on)."""
+    """`python -m appliance` on its defaults, in a scratch state directory; with `cpus`, every thread of it pinned there
+    once it answers (an appliance without an analysis process does not place itself: the bench gives it the CPUs one
+    with it keeps its server on)."""
 
     def __init__(self, tmp: Path, extra: str = "", cpus: set[int] | None = None) -> None:
         tmp.mkdir(parents=True, exist_ok=True)

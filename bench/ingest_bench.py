@@ -75,7 +75,6 @@ def _client(port: int, mode: str, count: int, result: mp.Queue, cpus: set[int] |
 
     if cpus is not None:
         os.sched_setaffinity(0, cpus)
-
     packets = make_packets(count)
     channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])
     stub = sensor_pb2_grpc.SensorServiceStub(channel)
