@@ -93,7 +93,11 @@ def test_an_analysis_process_that_never_becomes_ready_is_killed_and_started_agai
     from appliance.analysis import process
     from appliance.config import parse_settings
 
+    # The short timeout is for the hung child only: the next one is given the real one once the restart is counted
+    # (the restart waits RESTART_BACKOFF[0] before it starts the next child, time enough to put it back). On a slow
+    # host a child takes more than 2 s to become ready and was killed too (2026-12-02 16:20 UTC, restarts 2).
     monkeypatch.setattr(process, "START_TIMEOUT", 2.0)
+    monkeypatch.setattr(process, "RESTART_BACKOFF", (2.0, 10.0))
     (tmp_path / "state").mkdir()
     settings = parse_settings({"paths": {"state_dir": str(tmp_path / "state"), "certs_dir": str(tmp_path / "certs"),
                                          "static_dir": str(tmp_path / "static"), "signatures_dir": str(ROOT / "rules")}})
@@ -104,6 +108,9 @@ def test_an_analysis_process_that_never_becomes_ready_is_killed_and_started_agai
     analysis.start()
     try:
         deadline = time.monotonic() + 30
+        while analysis.restarts == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        monkeypatch.setattr(process, "START_TIMEOUT", 120.0)
         while not (analysis.status()["running"] and analysis.restarts == 1) and time.monotonic() < deadline:
             time.sleep(0.05)
         status = analysis.status()
