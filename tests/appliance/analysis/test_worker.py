@@ -96,6 +96,7 @@ def test_an_analysis_process_that_never_becomes_ready_is_killed_and_started_agai
     # The short timeout is for the hung child only: the next one is given the real one once the restart is counted
     # (the restart waits RESTART_BACKOFF[0] before it starts the next child, time enough to put it back). On a slow
     # host a child takes more than 2 s to become ready and was killed too (2026-12-02 16:20 UTC, restarts 2).
+    real_timeout = process.START_TIMEOUT
     monkeypatch.setattr(process, "START_TIMEOUT", 2.0)
     monkeypatch.setattr(process, "RESTART_BACKOFF", (2.0, 10.0))
     (tmp_path / "state").mkdir()
@@ -110,7 +111,7 @@ def test_an_analysis_process_that_never_becomes_ready_is_killed_and_started_agai
         deadline = time.monotonic() + 30
         while analysis.restarts == 0 and time.monotonic() < deadline:
             time.sleep(0.02)
-        monkeypatch.setattr(process, "START_TIMEOUT", 120.0)
+        monkeypatch.setattr(process, "START_TIMEOUT", real_timeout)
         while not (analysis.status()["running"] and analysis.restarts == 1) and time.monotonic() < deadline:
             time.sleep(0.05)
         status = analysis.status()
